@@ -1,0 +1,46 @@
+// zaya: the single binary. `zaya <command> [options]`; `zaya <command> --help` for each command.
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+
+#include "command.h"
+#include "core/error.h"
+
+namespace zaya::app {
+std::vector<Command>& registry() {
+  static std::vector<Command> r;
+  return r;
+}
+}  // namespace zaya::app
+
+static void usage() {
+  auto cmds = zaya::app::registry();
+  std::sort(cmds.begin(), cmds.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  std::fprintf(stderr, "zaya.cpp: train, evaluate and serve ZAYA1 mixture-of-experts models\n\n");
+  std::fprintf(stderr, "usage: zaya <command> [options]   (zaya <command> --help for its options)\n\ncommands:\n");
+  for (const auto& c : cmds) std::fprintf(stderr, "  %-12s %s\n", c.name.c_str(), c.help.c_str());
+}
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
+    usage();
+    return argc < 2 ? 2 : 0;
+  }
+  for (const auto& c : zaya::app::registry()) {
+    if (c.name == argv[1]) {
+      try {
+        return c.fn(argc - 1, argv + 1);
+      } catch (const zaya::Error& e) {
+        std::fprintf(stderr, "zaya %s: error: %s\n", argv[1], e.what());
+        return 1;
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "zaya %s: error: %s\n", argv[1], e.what());
+        return 1;
+      }
+    }
+  }
+  std::fprintf(stderr, "zaya: unknown command '%s'\n\n", argv[1]);
+  usage();
+  return 2;
+}

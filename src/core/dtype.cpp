@@ -1,0 +1,118 @@
+#include "core/dtype.h"
+
+#include "core/error.h"
+
+namespace zaya {
+
+size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::F32: return 4;
+    case DType::BF16: return 2;
+    case DType::F16: return 2;
+    case DType::I32: return 4;
+    case DType::I64: return 8;
+    case DType::U8: return 1;
+    case DType::U32: return 4;
+  }
+  return 0;
+}
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::F32: return "F32";
+    case DType::BF16: return "BF16";
+    case DType::F16: return "F16";
+    case DType::I32: return "I32";
+    case DType::I64: return "I64";
+    case DType::U8: return "U8";
+    case DType::U32: return "U32";
+  }
+  return "?";
+}
+
+bool dtype_from_name(const std::string& s, DType* out) {
+  static const struct { const char* name; DType t; } kNames[] = {
+      {"F32", DType::F32}, {"BF16", DType::BF16}, {"F16", DType::F16}, {"I32", DType::I32},
+      {"I64", DType::I64}, {"U8", DType::U8},     {"U32", DType::U32}};
+  for (const auto& n : kNames) {
+    if (s == n.name) {
+      *out = n.t;
+      return true;
+    }
+  }
+  return false;
+}
+
+float f16_to_f32(uint16_t h) {
+  uint32_t sign = uint32_t(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1f;
+  uint32_t mant = h & 0x3ff;
+  uint32_t u;
+  if (exp == 0) {
+    if (mant == 0) {
+      u = sign;
+    } else {  // subnormal: normalise
+      exp = 127 - 15 + 1;
+      while (!(mant & 0x400)) {
+        mant <<= 1;
+        exp--;
+      }
+      mant &= 0x3ff;
+      u = sign | (exp << 23) | (mant << 13);
+    }
+  } else if (exp == 31) {
+    u = sign | 0x7f800000u | (mant << 13);
+  } else {
+    u = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+uint16_t f32_to_f16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  uint32_t sign = (u >> 16) & 0x8000;
+  int32_t exp = int32_t((u >> 23) & 0xff) - 127 + 15;
+  uint32_t mant = u & 0x7fffff;
+  if (((u >> 23) & 0xff) == 0xff) return uint16_t(sign | 0x7c00 | (mant ? 0x200 : 0));
+  if (exp >= 31) return uint16_t(sign | 0x7c00);
+  if (exp <= 0) {
+    if (exp < -10) return uint16_t(sign);
+    mant |= 0x800000;
+    uint32_t shift = uint32_t(14 - exp);
+    uint32_t half = mant >> shift;
+    uint32_t rem = mant & ((1u << shift) - 1);
+    uint32_t mid = 1u << (shift - 1);
+    if (rem > mid || (rem == mid && (half & 1))) half++;
+    return uint16_t(sign | half);
+  }
+  uint32_t half = sign | (uint32_t(exp) << 10) | (mant >> 13);
+  uint32_t rem = mant & 0x1fff;
+  if (rem > 0x1000 || (rem == 0x1000 && (half & 1))) half++;
+  return uint16_t(half);
+}
+
+void convert_bf16_to_f32(float* dst, const uint16_t* src, int64_t n) {
+  for (int64_t i = 0; i < n; i++) dst[i] = bf16_to_f32(src[i]);
+}
+
+void convert_f32_to_bf16(uint16_t* dst, const float* src, int64_t n) {
+  for (int64_t i = 0; i < n; i++) dst[i] = f32_to_bf16(src[i]);
+}
+
+void convert_f16_to_f32(float* dst, const uint16_t* src, int64_t n) {
+  for (int64_t i = 0; i < n; i++) dst[i] = f16_to_f32(src[i]);
+}
+
+void convert_to_f32(float* dst, const void* src, DType src_type, int64_t n) {
+  switch (src_type) {
+    case DType::F32: std::memcpy(dst, src, size_t(n) * 4); return;
+    case DType::BF16: convert_bf16_to_f32(dst, static_cast<const uint16_t*>(src), n); return;
+    case DType::F16: convert_f16_to_f32(dst, static_cast<const uint16_t*>(src), n); return;
+    default: fail(str_cat("cannot convert dtype ", dtype_name(src_type), " to F32: expected F32, BF16 or F16"));
+  }
+}
+
+}  // namespace zaya

@@ -1,0 +1,42 @@
+// Element types and conversions. bf16 is stored as uint16_t (the top half of an IEEE float32);
+// fp32 -> bf16 rounds to nearest even, as PyTorch and safetensors writers do.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+namespace zaya {
+
+enum class DType : uint8_t { F32, BF16, F16, I32, I64, U8, U32 };
+
+size_t dtype_size(DType t);
+const char* dtype_name(DType t);             // safetensors spelling: "F32", "BF16", ...
+bool dtype_from_name(const std::string& s, DType* out);  // false when unknown
+
+inline float bf16_to_f32(uint16_t h) {
+  uint32_t u = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+inline uint16_t f32_to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);  // quiet NaN stays NaN
+  u += 0x7fffu + ((u >> 16) & 1u);                                          // round to nearest even
+  return uint16_t(u >> 16);
+}
+
+float f16_to_f32(uint16_t h);
+uint16_t f32_to_f16(float f);
+
+// Bulk conversions (vectorised by the compiler; n elements).
+void convert_bf16_to_f32(float* dst, const uint16_t* src, int64_t n);
+void convert_f32_to_bf16(uint16_t* dst, const float* src, int64_t n);
+void convert_f16_to_f32(float* dst, const uint16_t* src, int64_t n);
+// Converts n elements of any float dtype to f32.
+void convert_to_f32(float* dst, const void* src, DType src_type, int64_t n);
+
+}  // namespace zaya

@@ -1,0 +1,48 @@
+// Tensor: a typed, shaped view of contiguous row-major memory plus a shared owner. The owner is an
+// aligned heap buffer or a memory-mapped file region, so a checkpoint tensor can be used in place
+// (no copy) when its stored dtype equals the compute dtype.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace zaya {
+
+using Shape = std::vector<int64_t>;
+
+int64_t shape_numel(const Shape& s);
+std::string shape_str(const Shape& s);  // "[2, 32, 512]"
+
+// 64-byte aligned, zero-filled allocation owned by a shared_ptr.
+std::shared_ptr<void> aligned_alloc_shared(size_t nbytes);
+
+struct Tensor {
+  DType dtype = DType::F32;
+  Shape shape;
+  void* data = nullptr;
+  std::shared_ptr<void> owner;  // keeps `data` alive (heap buffer or mapped file)
+
+  Tensor() = default;
+  static Tensor empty(DType dtype, const Shape& shape);  // zero-filled
+  static Tensor view(DType dtype, const Shape& shape, void* data, std::shared_ptr<void> owner);
+
+  bool defined() const { return data != nullptr || shape_numel(shape) == 0 && !shape.empty(); }
+  int64_t numel() const { return shape_numel(shape); }
+  size_t nbytes() const { return size_t(numel()) * dtype_size(dtype); }
+  int64_t dim(int i) const { return shape[i < 0 ? shape.size() + i : i]; }
+  int ndim() const { return int(shape.size()); }
+
+  float* f32() const;        // checks dtype == F32
+  uint16_t* bf16() const;    // checks dtype == BF16
+  int32_t* i32() const;      // checks dtype == I32
+
+  // A copy converted to `to` (F32 <-> BF16 / F16 -> F32). Same dtype: returns *this (shared, no copy).
+  Tensor to(DType to) const;
+  Tensor clone() const;
+};
+
+}  // namespace zaya

@@ -1,0 +1,38 @@
+// The GEMM seam: every matrix product of the model goes through gemm(). The CPU backend picks oneDNN or
+// OpenBLAS per dtype/shape (kernels/gemm.cpp); a CUDA/HIP backend replaces this one file.
+//
+//   C[M,N] = alpha * op(A)[M,K] · op(B)[K,N] + beta * C        C is fp32 with row stride ldc
+//
+// op(X) = X, or Xᵀ when `trans` is set (X then stored transposed, row-major, row stride ld).
+// A Linear layer y = x·Wᵀ is gemm(M=tokens, N=out, K=in, A={x}, B={W, trans}).
+// When either operand is BF16, both are used in BF16 (an fp32 operand is rounded to bf16 into a scratch
+// buffer) with fp32 accumulation; otherwise the product is fp32.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "core/tensor.h"
+
+namespace zaya {
+
+struct MatRef {
+  const void* data = nullptr;
+  DType dtype = DType::F32;  // F32 or BF16
+  int64_t ld = 0;            // row stride in elements of the stored (possibly transposed) matrix
+  bool trans = false;
+};
+
+inline MatRef mat(const float* p, int64_t ld, bool trans = false) { return {p, DType::F32, ld, trans}; }
+inline MatRef mat(const Tensor& t, int64_t ld, bool trans = false) { return {t.data, t.dtype, ld, trans}; }
+
+void gemm(int64_t M, int64_t N, int64_t K, float alpha, const MatRef& A, const MatRef& B, float beta, float* C,
+          int64_t ldc);
+
+// Linear forward: out[M,N] = in[M,K] · W[N,K]ᵀ (+ bias[N]). W may be F32 or BF16; bias is F32 or null.
+void linear_forward(float* out, const float* in, const Tensor& W, const float* bias, int64_t M);
+
+// Measured peak of this machine's GEMM backend in GFLOP/s (large square products, all threads).
+double measure_gemm_peak_gflops(DType dtype);
+
+}  // namespace zaya
