@@ -18,7 +18,8 @@ static void usage() {
   auto cmds = zaya::app::registry();
   std::sort(cmds.begin(), cmds.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
   std::fprintf(stderr, "zaya.cpp: train, evaluate and serve ZAYA1 mixture-of-experts models\n\n");
-  std::fprintf(stderr, "usage: zaya <command> [options]   (zaya <command> --help for its options)\n\ncommands:\n");
+  std::fprintf(stderr,
+               "usage: zaya <command> [options]   (zaya <command> --help for its options)\n\ncommands:\n");
   for (const auto& c : cmds) std::fprintf(stderr, "  %-12s %s\n", c.name.c_str(), c.help.c_str());
 }
 

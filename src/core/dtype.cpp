@@ -6,34 +6,50 @@ namespace zaya {
 
 size_t dtype_size(DType t) {
   switch (t) {
-    case DType::F32: return 4;
-    case DType::BF16: return 2;
-    case DType::F16: return 2;
-    case DType::I32: return 4;
-    case DType::I64: return 8;
-    case DType::U8: return 1;
-    case DType::U32: return 4;
+    case DType::F32:
+      return 4;
+    case DType::BF16:
+      return 2;
+    case DType::F16:
+      return 2;
+    case DType::I32:
+      return 4;
+    case DType::I64:
+      return 8;
+    case DType::U8:
+      return 1;
+    case DType::U32:
+      return 4;
   }
   return 0;
 }
 
 const char* dtype_name(DType t) {
   switch (t) {
-    case DType::F32: return "F32";
-    case DType::BF16: return "BF16";
-    case DType::F16: return "F16";
-    case DType::I32: return "I32";
-    case DType::I64: return "I64";
-    case DType::U8: return "U8";
-    case DType::U32: return "U32";
+    case DType::F32:
+      return "F32";
+    case DType::BF16:
+      return "BF16";
+    case DType::F16:
+      return "F16";
+    case DType::I32:
+      return "I32";
+    case DType::I64:
+      return "I64";
+    case DType::U8:
+      return "U8";
+    case DType::U32:
+      return "U32";
   }
   return "?";
 }
 
 bool dtype_from_name(const std::string& s, DType* out) {
-  static const struct { const char* name; DType t; } kNames[] = {
-      {"F32", DType::F32}, {"BF16", DType::BF16}, {"F16", DType::F16}, {"I32", DType::I32},
-      {"I64", DType::I64}, {"U8", DType::U8},     {"U32", DType::U32}};
+  static const struct {
+    const char* name;
+    DType t;
+  } kNames[] = {{"F32", DType::F32}, {"BF16", DType::BF16}, {"F16", DType::F16}, {"I32", DType::I32},
+                {"I64", DType::I64}, {"U8", DType::U8},     {"U32", DType::U32}};
   for (const auto& n : kNames) {
     if (s == n.name) {
       *out = n.t;
@@ -108,10 +124,17 @@ void convert_f16_to_f32(float* dst, const uint16_t* src, int64_t n) {
 
 void convert_to_f32(float* dst, const void* src, DType src_type, int64_t n) {
   switch (src_type) {
-    case DType::F32: std::memcpy(dst, src, size_t(n) * 4); return;
-    case DType::BF16: convert_bf16_to_f32(dst, static_cast<const uint16_t*>(src), n); return;
-    case DType::F16: convert_f16_to_f32(dst, static_cast<const uint16_t*>(src), n); return;
-    default: fail(str_cat("cannot convert dtype ", dtype_name(src_type), " to F32: expected F32, BF16 or F16"));
+    case DType::F32:
+      std::memcpy(dst, src, size_t(n) * 4);
+      return;
+    case DType::BF16:
+      convert_bf16_to_f32(dst, static_cast<const uint16_t*>(src), n);
+      return;
+    case DType::F16:
+      convert_f16_to_f32(dst, static_cast<const uint16_t*>(src), n);
+      return;
+    default:
+      fail(str_cat("cannot convert dtype ", dtype_name(src_type), " to F32: expected F32, BF16 or F16"));
   }
 }
 

@@ -11,7 +11,7 @@ namespace zaya {
 enum class DType : uint8_t { F32, BF16, F16, I32, I64, U8, U32 };
 
 size_t dtype_size(DType t);
-const char* dtype_name(DType t);             // safetensors spelling: "F32", "BF16", ...
+const char* dtype_name(DType t);                         // safetensors spelling: "F32", "BF16", ...
 bool dtype_from_name(const std::string& s, DType* out);  // false when unknown
 
 inline float bf16_to_f32(uint16_t h) {
@@ -25,7 +25,7 @@ inline uint16_t f32_to_bf16(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
   if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);  // quiet NaN stays NaN
-  u += 0x7fffu + ((u >> 16) & 1u);                                          // round to nearest even
+  u += 0x7fffu + ((u >> 16) & 1u);                                         // round to nearest even
   return uint16_t(u >> 16);
 }
 

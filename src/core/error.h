@@ -34,15 +34,15 @@ std::string str_cat(const Args&... args) {
 }  // namespace zaya
 
 // User-facing check: throws zaya::Error built from the message parts.
-#define ZAYA_CHECK(cond, ...)                                  \
-  do {                                                         \
+#define ZAYA_CHECK(cond, ...)                                \
+  do {                                                       \
     if (!(cond)) ::zaya::fail(::zaya::str_cat(__VA_ARGS__)); \
   } while (0)
 
 // Internal invariant: a broken one is a bug in zaya.cpp, so abort with file:line and the reason.
-#define ZAYA_ASSERT(cond, reason)                                                                  \
-  do {                                                                                             \
-    if (!(cond)) ::zaya::detail_assert_fail(#cond, reason, __FILE__, __LINE__);                  \
+#define ZAYA_ASSERT(cond, reason)                                               \
+  do {                                                                          \
+    if (!(cond)) ::zaya::detail_assert_fail(#cond, reason, __FILE__, __LINE__); \
   } while (0)
 
 namespace zaya {

@@ -36,9 +36,9 @@ struct Tensor {
   int64_t dim(int i) const { return shape[i < 0 ? shape.size() + i : i]; }
   int ndim() const { return int(shape.size()); }
 
-  float* f32() const;        // checks dtype == F32
-  uint16_t* bf16() const;    // checks dtype == BF16
-  int32_t* i32() const;      // checks dtype == I32
+  float* f32() const;      // checks dtype == F32
+  uint16_t* bf16() const;  // checks dtype == BF16
+  int32_t* i32() const;    // checks dtype == I32
 
   // A copy converted to `to` (F32 <-> BF16 / F16 -> F32). Same dtype: returns *this (shared, no copy).
   Tensor to(DType to) const;

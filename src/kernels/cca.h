@@ -1,0 +1,39 @@
+// Compressed Convolutional Attention pieces (spec §5.5 b-f): the two causal convolutions over raw q/k
+// frames, the q/k mean mixing, QK normalisation with key temperature, and partial NeoX RoPE.
+// All per sequence row; frames are row-major [time, C].
+#pragma once
+
+#include <cstdint>
+
+namespace zaya {
+
+struct CcaDims {
+  int64_t Hq, Hk, d;  // query heads, kv heads, head dim
+  int64_t t0, t1;     // depthwise and grouped kernel sizes
+  int64_t A() const { return Hq * d; }
+  int64_t Kv() const { return Hk * d; }
+  int64_t C() const { return A() + Kv(); }
+  int64_t P() const { return (t0 - 1) + (t1 - 1); }
+};
+
+// Both causal convolutions (§5.5b) for S new tokens.
+//   frames[P+S, C]: the P previous raw frames (zeros on a fresh sequence) then the S new raw frames U.
+//   mid[S+t1-1, C]: scratch, the depthwise outputs m_σ, σ = -(t1-1) … S-1.
+//   out[S, C]:      grouped-conv outputs c_t.
+// w0 [C, 1, t0], b0 [C], w1 [C, d, t1], b1 [C] (groups = Hq + Hk, one per head).
+void cca_conv_forward(float* out, float* mid, const float* frames, const float* w0, const float* b0,
+                      const float* w1, const float* b1, int64_t S, const CcaDims& dm);
+
+// q/k mean mixing, QK norm, temperature and RoPE, in place on conv[S, C] (§5.5 c-e):
+//   conv[:, :A] becomes Q'[S, Hq, d], conv[:, A:] becomes K'[S, Hk, d].
+//   raw[S, C] = U (the unconvolved projections [Q0 | K0]); temp[Hk]; positions[S] absolute.
+//   rotary_dim r (even, <= d), theta. norm_q/norm_k (optional, [S,Hq] / [S,Hk]) receive ‖Q̃‖, ‖K̃‖.
+void cca_qk_forward(float* conv, const float* raw, const float* temp, const int64_t* positions, int64_t S,
+                    const CcaDims& dm, int64_t rotary_dim, double theta);
+
+// RoPE on one head vector x[d] at position pos (partial NeoX pairs (i, i + r/2), i < r/2).
+void rope_apply(float* x, int64_t pos, int64_t rotary_dim, const float* inv_freq);
+// inv_freq[r/2] = theta^(-2i/r), computed in fp32 as the reference does.
+void rope_inv_freq(float* inv_freq, int64_t rotary_dim, double theta);
+
+}  // namespace zaya

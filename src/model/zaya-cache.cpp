@@ -1,0 +1,51 @@
+#include "model/zaya-cache.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace zaya {
+
+ZayaCache::ZayaCache(const ZayaConfig& cfg, int64_t batch) : B(batch) {
+  layers.resize(cfg.num_hidden_layers);
+  for (auto& l : layers) {
+    l.conv.assign(B * cfg.conv_state_len() * cfg.conv_channels(), 0.f);
+    l.dv.assign(B * cfg.kv_dim() / 2, 0.f);
+  }
+  key_valid.resize(B);
+}
+
+void ZayaCache::reset() {
+  seen = 0;
+  has_state = false;
+  for (auto& l : layers) {
+    l.len = 0;
+    l.start = 0;
+    std::fill(l.conv.begin(), l.conv.end(), 0.f);
+    std::fill(l.dv.begin(), l.dv.end(), 0.f);
+  }
+  for (auto& kv : key_valid) kv.clear();
+}
+
+void ZayaCache::reserve(const ZayaConfig& cfg, int64_t n) {
+  const int64_t Hk = cfg.num_key_value_heads, d = cfg.head_dim;
+  for (auto& l : layers) {
+    if (l.len + n <= l.cap) continue;
+    int64_t cap = std::max<int64_t>({l.len + n, 2 * l.cap, 64});
+    std::vector<float> k(B * Hk * cap * d), v(B * Hk * cap * d);
+    for (int64_t bh = 0; bh < B * Hk; bh++) {
+      std::memcpy(k.data() + bh * cap * d, l.k.data() + bh * l.cap * d, l.len * d * sizeof(float));
+      std::memcpy(v.data() + bh * cap * d, l.v.data() + bh * l.cap * d, l.len * d * sizeof(float));
+    }
+    l.k.swap(k);
+    l.v.swap(v);
+    l.cap = cap;
+  }
+}
+
+size_t ZayaCache::bytes() const {
+  size_t n = 0;
+  for (const auto& l : layers) n += (l.k.size() + l.v.size() + l.conv.size() + l.dv.size()) * sizeof(float);
+  return n;
+}
+
+}  // namespace zaya

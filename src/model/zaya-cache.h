@@ -1,0 +1,38 @@
+// The compressed CCA cache (spec §7): per block, keys after QK-norm/temperature/RoPE and values
+// [B, Hk, cap, d]; the last P raw q/k frames [B, P, C] (conv state); the delayed-value state [B, Kv/2].
+// All fp32. Sliding-window blocks keep only the last W-1 keys after each call.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/zaya-config.h"
+
+namespace zaya {
+
+struct ZayaLayerCache {
+  std::vector<float> k, v;  // [B, Hk, cap, d]
+  int64_t cap = 0;          // key capacity per (row, head)
+  int64_t len = 0;          // keys stored
+  int64_t start = 0;        // absolute position of the first stored key
+  std::vector<float> conv;  // [B, P, C] last P raw frames, oldest first
+  std::vector<float> dv;    // [B, Kv/2] v_proj_delayed output of the last token
+};
+
+struct ZayaCache {
+  int64_t B = 0;
+  int64_t seen = 0;  // tokens processed per row (positions), not the trimmed length
+  bool has_state = false;
+  std::vector<ZayaLayerCache> layers;
+  std::vector<std::vector<uint8_t>> key_valid;  // [B][seen]: 0 for padded positions
+
+  ZayaCache() = default;
+  ZayaCache(const ZayaConfig& cfg, int64_t batch);
+  void reset();
+  // Makes room for `n` more keys in every layer (amortised doubling).
+  void reserve(const ZayaConfig& cfg, int64_t n);
+  // Bytes held by K/V and the fixed states.
+  size_t bytes() const;
+};
+
+}  // namespace zaya

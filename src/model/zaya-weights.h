@@ -1,0 +1,77 @@
+// ZAYA1 weights as the model code uses them (spec §4): GEMM weights in the compute dtype (F32 or BF16;
+// zero-copy views into the mapped checkpoint when the stored dtype matches), every vector, convolution,
+// temperature and balancing bias in F32. Loading maps native and legacy (spec §8.3) tensor names.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "model/zaya-config.h"
+
+namespace zaya {
+
+struct ResidualScaleWeights {
+  Tensor hidden_scale, hidden_bias, residual_scale, residual_bias;  // [H] each, F32
+};
+
+struct ZayaLayerWeights {
+  Tensor input_norm;         // [H]
+  Tensor q_proj, q_bias;     // [A, H], [A] (bias only with attention_bias)
+  Tensor k_proj, k_bias;     // [Kv, H], [Kv]
+  Tensor v_cur, v_cur_bias;  // [Kv/2, H], [Kv/2]
+  Tensor v_del, v_del_bias;  // [Kv/2, H], [Kv/2]
+  Tensor conv0_w, conv0_b;   // [C, 1, t0], [C]   depthwise
+  Tensor conv1_w, conv1_b;   // [C, d, t1], [C]   grouped, one group per head
+  Tensor temp;               // [Hk] key temperature
+  Tensor o_proj, o_bias;     // [H, A], [H]
+  ResidualScaleWeights post_attn_scale;
+  Tensor post_norm;                      // [H]
+  Tensor router_down, router_down_bias;  // [R, H], [R]
+  Tensor router_eda_scale;               // [R], undefined in block 0
+  Tensor router_norm;                    // [R]
+  Tensor router_fc1, router_fc1_bias;    // [R, R], [R]
+  Tensor router_fc2, router_fc2_bias;    // [R, R], [R]
+  Tensor router_out;                     // [E+1, R]
+  Tensor balancing_biases;               // [E+1] buffer, always F32
+  Tensor experts_gate_up;                // [E, 2I, H]
+  Tensor experts_down;                   // [E, H, I]
+  ResidualScaleWeights post_mlp_scale;
+};
+
+struct ZayaWeights {
+  DType compute = DType::F32;      // dtype of the GEMM weights
+  Tensor embed;                    // [V, H]
+  Tensor input_scale, input_bias;  // [H]
+  Tensor final_norm;               // [H]
+  Tensor lm_head;                  // [V, H] (== embed when tied)
+  Tensor lm_head_bias;             // [V] when lm_head_bias
+  std::vector<ZayaLayerWeights> layers;
+};
+
+// Every checkpoint tensor under its native Hugging Face name with a pointer to its slot, in checkpoint
+// order; shapes follow the config. Used by the loader, `zaya init` and (later) the optimizer.
+struct NamedParam {
+  std::string name;
+  Shape shape;
+  Tensor* slot;
+  bool is_matrix;  // a GEMM weight (compute dtype) rather than a vector/conv (F32)
+  bool is_buffer;  // balancing_biases: not a parameter
+};
+std::vector<NamedParam> named_params(const ZayaConfig& cfg, ZayaWeights& w);
+
+// Native name of a legacy tensor name (spec §8.3); returns false for names that have no native place.
+// Expert tensors map to "…mlp.experts.gate_up_proj" / "down_proj" with *expert set (else -1).
+bool legacy_to_native_name(const std::string& legacy, int64_t num_layers, std::string* native, int* expert);
+
+// Loads weights from an HF checkpoint directory (config.json + safetensors, single or sharded; native or
+// legacy names). `compute` is the GEMM dtype. Missing, unexpected and mis-shaped tensors are reported
+// together in one error naming the directory.
+ZayaWeights load_weights(const std::string& dir, const ZayaConfig& cfg, DType compute);
+
+// Checks the skip-class condition of spec §5.7 per layer: true when max_{e<E} β_e >= β_E + 1, i.e. the skip
+// class can never win and all skip semantics agree.
+std::vector<bool> skip_never_chosen(const ZayaConfig& cfg, const ZayaWeights& w);
+
+}  // namespace zaya

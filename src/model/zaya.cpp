@@ -1,0 +1,274 @@
+#include "model/zaya.h"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+
+#include "core/error.h"
+#include "kernels/attention.h"
+#include "kernels/cca.h"
+#include "kernels/elementwise.h"
+#include "kernels/gemm.h"
+#include "kernels/norm.h"
+
+namespace zaya {
+
+ZayaModel ZayaModel::load(const std::string& dir, const LoadOptions& opt) {
+  ZayaModel m;
+  // `dir` may also name one .safetensors file; config.json then comes from its directory.
+  std::filesystem::path p(dir);
+  std::string config_dir = std::filesystem::is_regular_file(p) ? p.parent_path().string() : dir;
+  if (config_dir.empty()) config_dir = ".";
+  m.cfg = load_config(config_dir + "/config.json");
+  if (opt.legacy_semantics) {
+    ZAYA_CHECK(m.cfg.layout != CheckpointLayout::Native, dir,
+               ": legacy semantics were requested but config.json is a native ZAYA config");
+    m.cfg.skip_passthrough = true;
+    if (m.cfg.layout == CheckpointLayout::LegacyBase) m.cfg.router_norm_eps = 1e-6;  // spec §8.4 item 2
+  }
+  ZAYA_CHECK(opt.compute == DType::F32 || opt.compute == DType::BF16, "compute dtype must be fp32 or bf16");
+  m.w = load_weights(dir, m.cfg, opt.compute);
+  return m;
+}
+
+namespace {
+
+template <typename T>
+T* grow(std::vector<T>& v, int64_t n) {
+  if (int64_t(v.size()) < n) v.resize(n);
+  return v.data();
+}
+
+const float* opt_f32(const Tensor& t) {
+  return t.data ? t.f32() : nullptr;
+}
+
+// out[M, N] (row stride ldc) = in[M, K] · W[N, K]ᵀ (+ bias[N]).
+void linear_strided(float* out, int64_t ldc, const float* in, const Tensor& W, const float* bias, int64_t M) {
+  const int64_t N = W.dim(0), K = W.dim(1);
+  gemm(M, N, K, 1.0f, mat(in, K), mat(W, K, /*trans=*/true), 0.0f, out, ldc);
+  if (bias) {
+    for (int64_t m = 0; m < M; m++) {
+      for (int64_t n = 0; n < N; n++) out[m * ldc + n] += bias[n];
+    }
+  }
+}
+
+void embed_rows(float* x, const int32_t* ids, int64_t T, const ZayaWeights& w, int64_t H, int64_t V) {
+  const float* scale = w.input_scale.f32();
+  const float* bias = w.input_bias.f32();
+  for (int64_t t = 0; t < T; t++) {
+    ZAYA_CHECK(ids[t] >= 0 && ids[t] < V, "token id ", ids[t], " at position ", t,
+               " is outside the vocabulary [0, ", V, ")");
+    float* row = x + t * H;
+    const char* src = static_cast<const char*>(w.embed.data) + size_t(ids[t]) * H * dtype_size(w.embed.dtype);
+    convert_to_f32(row, src, w.embed.dtype, H);
+    for (int64_t i = 0; i < H; i++) row[i] = (row[i] + bias[i]) * scale[i];
+  }
+}
+
+}  // namespace
+
+void zaya_forward(const ZayaModel& model, ZayaCache& cache, const int32_t* ids, const int32_t* mask,
+                  int64_t B, int64_t S, const ForwardOptions& opt, ForwardResult& out, ForwardScratch& sc) {
+  const ZayaConfig& c = model.cfg;
+  const ZayaWeights& w = model.w;
+  ZAYA_CHECK(cache.B == B, "cache was made for batch ", cache.B, " but the call has batch ", B);
+  ZAYA_CHECK(S >= 1, "a forward call needs at least one token per row");
+  const int64_t T = B * S, H = c.hidden_size, L = c.num_hidden_layers, V = c.vocab_size;
+  const int64_t A = c.q_dim(), Kv = c.kv_dim(), C = c.conv_channels(), P = c.conv_state_len();
+  const int64_t Hq = c.num_attention_heads, Hk = c.num_key_value_heads, d = c.head_dim;
+  const int64_t R = c.router_hidden_size, E = c.num_experts, I = c.moe_intermediate_size;
+  const CcaDims dm{Hq, Hk, d, c.cca_time0, c.cca_time1};
+  const int64_t seen = cache.seen;
+
+  // Padding: multi-token calls zero the normed input rows of padded positions (spec §5.5).
+  bool zero_pads = false;
+  if (mask && S > 1) {
+    for (int64_t t = 0; t < T; t++) zero_pads |= mask[t] == 0;
+  }
+  for (int64_t b = 0; b < B; b++) {
+    for (int64_t s = 0; s < S; s++) cache.key_valid[b].push_back(mask ? uint8_t(mask[b * S + s] != 0) : 1);
+  }
+  int64_t* pos = grow(sc.positions, S);
+  for (int64_t s = 0; s < S; s++) pos[s] = seen + s;
+
+  float* x = grow(sc.x, T * H);
+  float* h = grow(sc.h, T * H);
+  float* u = grow(sc.u, T * H);
+  float* a = grow(sc.a, T * H);
+  float* raw = grow(sc.raw, T * C);
+  float* vc = grow(sc.vc, T * Kv / 2);
+  float* dv = grow(sc.dv, T * Kv / 2);
+  float* frames = grow(sc.frames, (P + S) * C);
+  float* mid = grow(sc.mid, (S + c.cca_time1 - 1) * C);
+  float* conv = grow(sc.conv, T * C);
+  float* vals = grow(sc.vals, S * Kv);
+  float* ocat = grow(sc.ocat, T * A);
+  float* rho = grow(sc.rho, T * R);
+  float* rho_prev = grow(sc.rho_prev, T * R);
+  float* r1 = grow(sc.r1, T * R);
+  float* r2 = grow(sc.r2, T * R);
+  float* probs = grow(sc.probs, T * (E + 1));
+  float* m = grow(sc.m, T * H);
+  int32_t* choice = grow(sc.choice, T);
+  float* weight = grow(sc.weight, T);
+  float* p_skip = grow(sc.p_skip, T);
+
+  if (opt.tap_hidden) out.hidden.assign((L + 2) * T * H, 0.f);
+  if (opt.tap_router) {
+    out.router_logits.assign(L * T * (E + 1), 0.f);
+    out.choice.assign(L * T, 0);
+  }
+
+  embed_rows(x, ids, T, w, H, V);
+  if (opt.tap_hidden) std::memcpy(out.hidden.data(), x, T * H * sizeof(float));
+  cache.reserve(c, S);
+
+  for (int64_t li = 0; li < L; li++) {
+    const ZayaLayerWeights& lw = w.layers[li];
+    ZayaLayerCache& lc = cache.layers[li];
+    const float eps = float(c.rms_norm_eps);
+
+    // ---- CCA attention (spec §5.5) ----
+    rmsnorm_forward(h, nullptr, x, lw.input_norm.f32(), T, H, eps);
+    if (zero_pads) {
+      for (int64_t t = 0; t < T; t++) {
+        if (!mask[t]) std::memset(h + t * H, 0, H * sizeof(float));
+      }
+    }
+    linear_strided(raw, C, h, lw.q_proj, opt_f32(lw.q_bias), T);      // raw[:, :A] = Q0
+    linear_strided(raw + A, C, h, lw.k_proj, opt_f32(lw.k_bias), T);  // raw[:, A:] = K0
+    linear_strided(vc, Kv / 2, h, lw.v_cur, opt_f32(lw.v_cur_bias), T);
+    linear_strided(dv, Kv / 2, h, lw.v_del, opt_f32(lw.v_del_bias), T);
+
+    const int64_t key_pos0 = lc.start;
+    const int64_t old_len = lc.len;
+    for (int64_t b = 0; b < B; b++) {
+      // Raw frames: the P cached frames (zeros on a fresh sequence), then this call's S frames.
+      float* state = lc.conv.data() + b * P * C;
+      if (!cache.has_state) std::memset(state, 0, P * C * sizeof(float));
+      std::memcpy(frames, state, P * C * sizeof(float));
+      std::memcpy(frames + P * C, raw + b * S * C, S * C * sizeof(float));
+      std::memcpy(state, frames + S * C, P * C * sizeof(float));  // new state = last P frames
+      float* cv = conv + b * S * C;
+      cca_conv_forward(cv, mid, frames, lw.conv0_w.f32(), lw.conv0_b.f32(), lw.conv1_w.f32(),
+                       lw.conv1_b.f32(), S, dm);
+      cca_qk_forward(cv, raw + b * S * C, lw.temp.f32(), pos, S, dm, c.rotary_dim(li), c.rope(li).theta);
+
+      // Values: current half, and the delayed half shifted by one token (seeded by the cached Dv,
+      // or by v_proj_delayed(0) = its bias on a fresh sequence).
+      float* dv_state = lc.dv.data() + b * Kv / 2;
+      for (int64_t s = 0; s < S; s++) {
+        float* vrow = vals + s * Kv;
+        std::memcpy(vrow, vc + (b * S + s) * Kv / 2, Kv / 2 * sizeof(float));
+        const float* prev;
+        if (s > 0)
+          prev = dv + (b * S + s - 1) * Kv / 2;
+        else if (cache.has_state)
+          prev = dv_state;
+        else
+          prev = nullptr;
+        if (prev)
+          std::memcpy(vrow + Kv / 2, prev, Kv / 2 * sizeof(float));
+        else if (lw.v_del_bias.data)
+          std::memcpy(vrow + Kv / 2, lw.v_del_bias.f32(), Kv / 2 * sizeof(float));
+        else
+          std::memset(vrow + Kv / 2, 0, Kv / 2 * sizeof(float));
+      }
+      std::memcpy(dv_state, dv + (b * S + S - 1) * Kv / 2, Kv / 2 * sizeof(float));
+
+      // Append keys and values: [Hk, cap, d] per row.
+      for (int64_t j = 0; j < Hk; j++) {
+        float* kd = lc.k.data() + ((b * Hk + j) * lc.cap + old_len) * d;
+        float* vd = lc.v.data() + ((b * Hk + j) * lc.cap + old_len) * d;
+        for (int64_t s = 0; s < S; s++) {
+          std::memcpy(kd + s * d, cv + s * C + A + j * d, d * sizeof(float));
+          std::memcpy(vd + s * d, vals + s * Kv + j * d, d * sizeof(float));
+        }
+      }
+      AttentionArgs args;
+      args.S = S;
+      args.Hq = Hq;
+      args.Hk = Hk;
+      args.d = d;
+      args.n_keys = old_len + S;
+      args.key_pos0 = key_pos0;
+      args.key_stride = lc.cap * d;
+      args.window = c.layer_types[li] == LayerType::HybridSliding ? c.sliding_window : 0;
+      const uint8_t* kvalid = cache.key_valid[b].data() + key_pos0;
+      attention_forward(ocat + b * S * A, nullptr, cv, C, lc.k.data() + b * Hk * lc.cap * d,
+                        lc.v.data() + b * Hk * lc.cap * d, pos, kvalid, args);
+    }
+    lc.len = old_len + S;
+    // Sliding layers keep only the last W-1 keys (spec §7.4).
+    if (c.layer_types[li] == LayerType::HybridSliding && lc.len > c.sliding_window - 1) {
+      int64_t keep = c.sliding_window - 1, drop = lc.len - keep;
+      for (int64_t bh = 0; bh < B * Hk; bh++) {
+        float* kb = lc.k.data() + bh * lc.cap * d;
+        float* vb = lc.v.data() + bh * lc.cap * d;
+        std::memmove(kb, kb + drop * d, keep * d * sizeof(float));
+        std::memmove(vb, vb + drop * d, keep * d * sizeof(float));
+      }
+      lc.start += drop;
+      lc.len = keep;
+    }
+    linear_strided(a, H, ocat, lw.o_proj, opt_f32(lw.o_bias), T);
+    const ResidualScaleWeights& ra = lw.post_attn_scale;
+    residual_scale_forward(x, a, x, ra.hidden_bias.f32(), ra.hidden_scale.f32(), ra.residual_bias.f32(),
+                           ra.residual_scale.f32(), T, H);  // x now holds y
+
+    // ---- Router with EDA (spec §5.6) ----
+    rmsnorm_forward(u, nullptr, x, lw.post_norm.f32(), T, H, eps);
+    linear_strided(rho, R, u, lw.router_down, lw.router_down_bias.f32(), T);
+    if (li > 0) {
+      const float* gamma = lw.router_eda_scale.f32();
+      for (int64_t t = 0; t < T; t++) {
+        for (int64_t r = 0; r < R; r++) rho[t * R + r] += gamma[r] * rho_prev[t * R + r];
+      }
+    }
+    std::memcpy(rho_prev, rho, T * R * sizeof(float));
+    rmsnorm_forward(r1, nullptr, rho, lw.router_norm.f32(), T, R, float(c.router_eps()));
+    linear_strided(r2, R, r1, lw.router_fc1, lw.router_fc1_bias.f32(), T);
+    gelu_forward(r2, T * R);
+    linear_strided(r1, R, r2, lw.router_fc2, lw.router_fc2_bias.f32(), T);
+    gelu_forward(r1, T * R);
+    linear_strided(probs, E + 1, r1, lw.router_out, nullptr, T);
+    if (opt.tap_router)
+      std::memcpy(out.router_logits.data() + li * T * (E + 1), probs, T * (E + 1) * sizeof(float));
+    softmax_forward(probs, T, E + 1);
+    route_top1(choice, weight, probs, lw.balancing_biases.f32(), T, E);
+    for (int64_t t = 0; t < T; t++) p_skip[t] = probs[t * (E + 1) + E];
+    if (opt.tap_router) std::memcpy(out.choice.data() + li * T, choice, T * sizeof(int32_t));
+
+    // ---- Experts (spec §5.8) and the post-MLP residual merge ----
+    ExpertPlan plan = plan_experts(choice, T, E);
+    moe_experts_forward(m, u, choice, weight, p_skip, plan, lw.experts_gate_up, lw.experts_down, T, H, I, E,
+                        c.skip_passthrough, sc.moe);
+    const ResidualScaleWeights& rm = lw.post_mlp_scale;
+    residual_scale_forward(x, m, x, rm.hidden_bias.f32(), rm.hidden_scale.f32(), rm.residual_bias.f32(),
+                           rm.residual_scale.f32(), T, H);
+    if (opt.tap_hidden) std::memcpy(out.hidden.data() + (li + 1) * T * H, x, T * H * sizeof(float));
+  }
+  cache.seen += S;
+  cache.has_state = true;
+
+  // ---- Final norm and LM head (spec §5.9) ----
+  float* z = grow(sc.z, T * H);
+  rmsnorm_forward(z, nullptr, x, w.final_norm.f32(), T, H, float(c.rms_norm_eps));
+  if (opt.tap_hidden) std::memcpy(out.hidden.data() + (L + 1) * T * H, z, T * H * sizeof(float));
+  const float* head_bias = opt_f32(w.lm_head_bias);
+  if (opt.all_logits) {
+    out.logits.resize(T * V);
+    linear_strided(out.logits.data(), V, z, w.lm_head, head_bias, T);
+  } else {
+    // Only the last position of each row: gather those rows first.
+    std::vector<float> last(B * H);
+    for (int64_t b = 0; b < B; b++)
+      std::memcpy(last.data() + b * H, z + (b * S + S - 1) * H, H * sizeof(float));
+    out.logits.resize(B * V);
+    linear_strided(out.logits.data(), V, last.data(), w.lm_head, head_bias, B);
+  }
+}
+
+}  // namespace zaya
