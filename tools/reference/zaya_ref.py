@@ -645,13 +645,22 @@ class CCAAttention(nn.Module):
         if state is not None:
             keep = T if self.window is None else min(T, self.window - 1)
             state.k, state.v = k[:, :, T - keep:], v[:, :, T - keep:]
-        k_rep = k.repeat_interleave(G, dim=1)
-        v_rep = v.repeat_interleave(G, dim=1)
-        scores = torch.matmul(q, k_rep.transpose(2, 3)) * d ** -0.5
-        scores = scores.masked_fill(~allowed[:, None], torch.finfo(scores.dtype).min)
-        probs = torch.softmax(scores, dim=-1, dtype=torch.float32)
-        probs = probs * allowed.any(dim=-1)[:, None, :, None]  # rows without any key output zero
-        out = torch.matmul(probs.to(q.dtype), v_rep)  # [B, Hq, S, d]
+        # GQA without copying K/V: query heads h = j*G + g of KV head j are contiguous, so view them as one
+        # [G*S, d] block per KV head
+        Hk = cfg.num_key_value_heads
+        scores = torch.matmul(q.reshape(B, Hk, G * S, d), k.transpose(2, 3)) * d ** -0.5
+        scores = scores.view(B, Hk, G, S, T)
+        # additive mask (0 / -inf); rows without any allowed key (padded queries) are zeroed after the softmax
+        has_key = allowed.any(dim=-1)  # [B, S]
+        if not bool(allowed.all()):
+            safe = allowed | ~has_key[..., None]  # keep such rows finite
+            additive = torch.zeros(B, S, T, dtype=scores.dtype).masked_fill_(~safe, float("-inf"))
+            scores = scores + additive[:, None, None]
+        softmax_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+        probs = torch.softmax(scores, dim=-1, dtype=softmax_dtype)
+        if not bool(has_key.all()):
+            probs = probs * has_key[:, None, None, :, None]
+        out = torch.matmul(probs.to(q.dtype).view(B, Hk, G * S, T), v).view(B, cfg.num_attention_heads, S, d)
         out = out.transpose(1, 2).reshape(B, S, cfg.q_width)
         return self.o_proj(out)
 
@@ -899,7 +908,8 @@ class ZayaForCausalLM(nn.Module):
         if labels is not None and targets is None:
             targets = torch.cat([labels[:, 1:], torch.full_like(labels[:, :1], -100)], dim=1)
         if targets is not None:
-            per_token = F.cross_entropy(logits.float().reshape(-1, cfg.vocab_size), targets.reshape(-1),
+            ce_logits = logits if logits.dtype == torch.float64 else logits.float()  # CE in fp32 (fp64 probes)
+            per_token = F.cross_entropy(ce_logits.reshape(-1, cfg.vocab_size), targets.reshape(-1),
                                         ignore_index=-100, reduction="none").view(B, S)
             count = (targets != -100).sum()
             out["per_token_loss"] = per_token
