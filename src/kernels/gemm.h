@@ -23,11 +23,33 @@ struct MatRef {
   bool trans = false;
 };
 
-inline MatRef mat(const float* p, int64_t ld, bool trans = false) { return {p, DType::F32, ld, trans}; }
-inline MatRef mat(const Tensor& t, int64_t ld, bool trans = false) { return {t.data, t.dtype, ld, trans}; }
+inline MatRef mat(const float* p, int64_t ld, bool trans = false) {
+  return {p, DType::F32, ld, trans};
+}
+inline MatRef mat(const Tensor& t, int64_t ld, bool trans = false) {
+  return {t.data, t.dtype, ld, trans};
+}
 
-void gemm(int64_t M, int64_t N, int64_t K, float alpha, const MatRef& A, const MatRef& B, float beta, float* C,
-          int64_t ldc);
+// beta == 0 overwrites C without reading it (NaN in C does not propagate). M, N or K may be 0 (K == 0 or
+// alpha == 0 gives C = beta*C). ld must cover the stored row (ld >= stored columns); violations throw.
+// Thread-safe; inside an OpenMP parallel region it runs on the calling thread only.
+void gemm(int64_t M, int64_t N, int64_t K, float alpha, const MatRef& A, const MatRef& B, float beta,
+          float* C, int64_t ldc);
+
+// The backends behind gemm(), selectable for tests and benchmarks. Auto is what gemm() does.
+//   OneDnn         oneDNN matmul, every dim fixed in the primitive (one primitive per shape, cached)
+//   OneDnnRuntimeM oneDNN matmul with M a runtime dim (one primitive for all M of an N,K shape)
+//   OpenBlas       cblas_sgemm, single-threaded calls split over the OpenMP threads (fp32 only)
+//   Reference      plain loops with fp32 accumulation (slow; for tiny products and as a fallback)
+enum class GemmBackend { Auto, OneDnn, OneDnnRuntimeM, OpenBlas, Reference };
+const char* gemm_backend_name(GemmBackend backend);
+
+// gemm() on a chosen backend; OpenBlas with a BF16 operand throws.
+void gemm_with(GemmBackend backend, int64_t M, int64_t N, int64_t K, float alpha, const MatRef& A,
+               const MatRef& B, float beta, float* C, int64_t ldc);
+
+// Number of oneDNN primitives currently held by gemm()'s cache (for tests and diagnostics).
+int64_t gemm_cached_primitives();
 
 // Linear forward: out[M,N] = in[M,K] · W[N,K]ᵀ (+ bias[N]). W may be F32 or BF16; bias is F32 or null.
 void linear_forward(float* out, const float* in, const Tensor& W, const float* bias, int64_t M);

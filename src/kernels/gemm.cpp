@@ -1,0 +1,404 @@
+// The CPU GEMM backend behind gemm.h: oneDNN matmul (fp32 and bf16) and OpenBLAS sgemm (fp32).
+//
+// MEASURED_CHOICE_PLACEHOLDER
+#include "kernels/gemm.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <random>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "core/threads.h"
+
+namespace zaya {
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------------------
+// Per-thread scratch buffers (bf16 copies of fp32 operands, oneDNN scratchpads). Thread-local, so concurrent
+// gemm() calls from several threads never share one; they grow and are reused, never shrink.
+
+class ScratchBuffer {
+ public:
+  ScratchBuffer() = default;
+  ScratchBuffer(const ScratchBuffer&) = delete;
+  ScratchBuffer& operator=(const ScratchBuffer&) = delete;
+  ~ScratchBuffer() { std::free(data_); }
+
+  // At least `bytes` bytes, 64-byte aligned; the previous contents are not kept.
+  void* get(size_t bytes) {
+    if (bytes > capacity_) {
+      std::free(data_);
+      capacity_ = (bytes + 4095) / 4096 * 4096;
+      data_ = std::aligned_alloc(64, capacity_);
+      ZAYA_CHECK(data_ != nullptr, "out of memory allocating a ", capacity_, "-byte GEMM scratch buffer");
+    }
+    return data_;
+  }
+
+ private:
+  void* data_ = nullptr;
+  size_t capacity_ = 0;
+};
+
+thread_local ScratchBuffer t_bf16_a, t_bf16_b, t_dnnl_scratchpad;
+
+// Element (r, c) of op(X) as float (slow path: the reference backend only).
+inline float load(const MatRef& X, int64_t r, int64_t c) {
+  int64_t i = X.trans ? c * X.ld + r : r * X.ld + c;
+  if (X.dtype == DType::BF16) return bf16_to_f32(static_cast<const uint16_t*>(X.data)[i]);
+  return static_cast<const float*>(X.data)[i];
+}
+
+// C[M,N] = beta * C, where beta == 0 writes zeros without reading C.
+void scale_c(int64_t M, int64_t N, float beta, float* C, int64_t ldc) {
+  if (beta == 1.0f) return;
+  for (int64_t m = 0; m < M; m++) {
+    float* row = C + m * ldc;
+    if (beta == 0.0f) {
+      std::fill(row, row + N, 0.0f);
+    } else {
+      for (int64_t n = 0; n < N; n++) row[n] *= beta;
+    }
+  }
+}
+
+// A bf16 copy of the fp32 operand X stored as [rows, cols] with row stride X.ld, packed (ld = cols) into
+// `buf`. Parallel over rows when large and not already inside a parallel region.
+MatRef to_bf16(const MatRef& X, int64_t rows, int64_t cols, ScratchBuffer& buf) {
+  auto* dst = static_cast<uint16_t*>(buf.get(size_t(rows * cols) * sizeof(uint16_t)));
+  const auto* src = static_cast<const float*>(X.data);
+  const int nt = rows * cols >= (int64_t(1) << 16) ? threads_here() : 1;
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+  for (int64_t r = 0; r < rows; r++) convert_f32_to_bf16(dst + r * cols, src + r * X.ld, cols);
+  return {dst, DType::BF16, cols, X.trans};
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Reference backend: plain loops, fp32 accumulation.
+
+void reference_gemm(int64_t M, int64_t N, int64_t K, float alpha, const MatRef& A, const MatRef& B,
+                    float beta, float* C, int64_t ldc) {
+  for (int64_t m = 0; m < M; m++) {
+    for (int64_t n = 0; n < N; n++) {
+      float acc = 0.0f;
+      for (int64_t k = 0; k < K; k++) acc += load(A, m, k) * load(B, k, n);
+      float& c = C[m * ldc + n];
+      c = beta == 0.0f ? alpha * acc : alpha * acc + beta * c;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// OpenBLAS backend: OpenBLAS stays single-threaded (core/threads.h); we split C over the OpenMP threads.
+
+// [begin, end) of part `i` of `parts` over `total`, boundaries rounded to `align` so each thread's block
+// starts on a vector boundary.
+void split_range(int64_t total, int parts, int i, int64_t align, int64_t* begin, int64_t* end) {
+  auto boundary = [&](int j) {
+    if (j >= parts) return total;
+    return std::min(total, (total * j / parts) / align * align);
+  };
+  *begin = boundary(i);
+  *end = boundary(i + 1);
+}
+
+void openblas_gemm(int64_t M, int64_t N, int64_t K, float alpha, const MatRef& A, const MatRef& B, float beta,
+                   float* C, int64_t ldc) {
+  ZAYA_CHECK(A.dtype == DType::F32 && B.dtype == DType::F32, "the OpenBLAS GEMM backend is fp32 only; got A ",
+             dtype_name(A.dtype), ", B ", dtype_name(B.dtype));
+  ensure_blas_single_threaded();
+  const auto* a = static_cast<const float*>(A.data);
+  const auto* b = static_cast<const float*>(B.data);
+  // One block C[m0:m1, n0:n1] = alpha * op(A)[m0:m1, :] · op(B)[:, n0:n1] + beta * C.
+  auto block = [&](int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+    if (m1 <= m0 || n1 <= n0) return;
+    cblas_sgemm(CblasRowMajor, A.trans ? CblasTrans : CblasNoTrans, B.trans ? CblasTrans : CblasNoTrans,
+                m1 - m0, n1 - n0, K, alpha, a + (A.trans ? m0 : m0 * A.ld), A.ld,
+                b + (B.trans ? n0 * B.ld : n0), B.ld, beta, C + m0 * ldc + n0, ldc);
+  };
+  // Below ~1 MFLOP the fork/join costs more than the second thread gives.
+  const int nt = double(M) * N * K >= 5e5 ? threads_here() : 1;
+  if (nt == 1) {
+    block(0, M, 0, N);
+    return;
+  }
+  // Split the longer side: measured, rows for tall products (2048x64: 183 vs 136 GFLOP/s split by columns),
+  // columns for short ones (128x2048: 169 vs 147).
+  const bool split_rows = M >= N || M >= 512;
+#pragma omp parallel num_threads(nt)
+  {
+    int64_t begin, end;
+    split_range(split_rows ? M : N, omp_get_num_threads(), omp_get_thread_num(), 16, &begin, &end);
+    if (split_rows) {
+      block(begin, end, 0, N);
+    } else {
+      block(0, M, begin, end);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// oneDNN backend. Creating a matmul primitive costs ~100 us (JIT); executing a cached one costs a few us of
+// overhead, so primitives live in a process-wide cache keyed by everything that shapes them.
+
+dnnl::engine& cpu_engine() {
+  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+// Streams are not thread-safe; each thread gets its own (cheap on CPU).
+dnnl::stream& thread_stream() {
+  thread_local dnnl::stream stream(cpu_engine());
+  return stream;
+}
+
+struct PrimitiveKey {
+  int64_t M, N, K;  // M == DNNL_RUNTIME_DIM_VAL for a runtime-M primitive
+  int64_t lda, ldb, ldc;
+  bool trans_a, trans_b, bf16;
+  uint32_t alpha_bits, beta_bits;
+  bool operator==(const PrimitiveKey&) const = default;
+};
+
+struct PrimitiveKeyHash {
+  size_t operator()(const PrimitiveKey& k) const {
+    uint64_t h = 1469598103934665603ull;
+    auto mix = [&h](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+    mix(k.M), mix(k.N), mix(k.K), mix(k.lda), mix(k.ldb), mix(k.ldc);
+    mix(uint64_t(k.trans_a) | uint64_t(k.trans_b) << 1 | uint64_t(k.bf16) << 2);
+    mix(k.alpha_bits), mix(k.beta_bits);
+    return size_t(h);
+  }
+};
+
+struct Primitive {
+  dnnl::matmul matmul;
+  dnnl::memory::desc scratchpad;
+};
+
+using dims = dnnl::memory::dims;
+using dt = dnnl::memory::data_type;
+
+// Memory descriptors of op(A)[M,K], op(B)[K,N] (strides express the transposes) and C[M,N].
+dnnl::memory::desc desc_a(const PrimitiveKey& k, int64_t M) {
+  return dnnl::memory::desc({M, k.K}, k.bf16 ? dt::bf16 : dt::f32,
+                            k.trans_a ? dims{1, k.lda} : dims{k.lda, 1});
+}
+dnnl::memory::desc desc_b(const PrimitiveKey& k) {
+  return dnnl::memory::desc({k.K, k.N}, k.bf16 ? dt::bf16 : dt::f32,
+                            k.trans_b ? dims{1, k.ldb} : dims{k.ldb, 1});
+}
+dnnl::memory::desc desc_c(const PrimitiveKey& k, int64_t M) {
+  return dnnl::memory::desc({M, k.N}, dt::f32, dims{k.ldc, 1});
+}
+
+std::shared_ptr<const Primitive> create_primitive(const PrimitiveKey& k) {
+  dnnl::primitive_attr attr;
+  // A user scratchpad (ours is per thread) lets several threads execute one primitive concurrently.
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  float alpha, beta;
+  std::memcpy(&alpha, &k.alpha_bits, 4);
+  std::memcpy(&beta, &k.beta_bits, 4);
+  if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+  if (beta != 0.0f) {
+    dnnl::post_ops ops;
+    ops.append_sum(beta);  // C = alpha * A·B + beta * C
+    attr.set_post_ops(ops);
+  }
+  dnnl::matmul::desc desc(desc_a(k, k.M), desc_b(k), desc_c(k, k.M));
+  dnnl::matmul::primitive_desc pd(desc, attr, cpu_engine());
+  return std::make_shared<const Primitive>(Primitive{dnnl::matmul(pd), pd.scratchpad_desc()});
+}
+
+class PrimitiveCache {
+ public:
+  std::shared_ptr<const Primitive> get(const PrimitiveKey& key) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = map_.find(key);
+      if (it != map_.end()) return it->second;
+    }
+    // Created outside the lock: two threads may build the same primitive once; the first insert wins.
+    std::shared_ptr<const Primitive> made = create_primitive(key);
+    std::lock_guard<std::mutex> lock(mu_);
+    // Each primitive holds ~60 KB of JIT code; expert GEMMs see a new M nearly every call, so bound the
+    // cache. Dropping everything is crude but rare, and oneDNN's own cache makes the rebuild cheap.
+    if (map_.size() >= kCapacity) map_.clear();
+    return map_.emplace(key, std::move(made)).first->second;
+  }
+
+  int64_t size() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return int64_t(map_.size());
+  }
+
+ private:
+  static constexpr size_t kCapacity = 1024;
+  std::mutex mu_;
+  std::unordered_map<PrimitiveKey, std::shared_ptr<const Primitive>, PrimitiveKeyHash> map_;
+};
+
+PrimitiveCache& primitive_cache() {
+  static PrimitiveCache cache;
+  return cache;
+}
+
+// A and B are both F32 or both BF16 here.
+void onednn_gemm(bool runtime_m, int64_t M, int64_t N, int64_t K, float alpha, const MatRef& A,
+                 const MatRef& B, float beta, float* C, int64_t ldc) {
+  PrimitiveKey key{};
+  key.M = runtime_m ? DNNL_RUNTIME_DIM_VAL : M;
+  key.N = N, key.K = K;
+  key.lda = A.ld, key.ldb = B.ld, key.ldc = ldc;
+  key.trans_a = A.trans, key.trans_b = B.trans;
+  key.bf16 = A.dtype == DType::BF16;
+  std::memcpy(&key.alpha_bits, &alpha, 4);
+  std::memcpy(&key.beta_bits, &beta, 4);
+  try {
+    std::shared_ptr<const Primitive> prim = primitive_cache().get(key);
+    dnnl::engine& engine = cpu_engine();
+    dnnl::memory a(desc_a(key, M), engine, const_cast<void*>(A.data));
+    dnnl::memory b(desc_b(key), engine, const_cast<void*>(B.data));
+    dnnl::memory c(desc_c(key, M), engine, C);
+    dnnl::memory scratch(prim->scratchpad, engine, t_dnnl_scratchpad.get(prim->scratchpad.get_size()));
+    dnnl::stream& stream = thread_stream();
+    prim->matmul.execute(
+        stream,
+        {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}, {DNNL_ARG_SCRATCHPAD, scratch}});
+    stream.wait();
+  } catch (const dnnl::error& e) {
+    fail(str_cat("oneDNN matmul ", M, "x", N, "x", K, " (", key.bf16 ? "bf16" : "f32", ", trans_a=", A.trans,
+                 ", trans_b=", B.trans, ", lda=", A.ld, ", ldb=", B.ld, ", ldc=", ldc,
+                 ") failed: ", e.what()));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Dispatch.
+
+GemmBackend choose_backend(int64_t M, int64_t N, int64_t K, bool bf16) {
+  (void)M, (void)N, (void)K, (void)bf16;
+  return GemmBackend::OneDnn;
+}
+
+void check_operand(const char* name, const MatRef& X, int64_t rows, int64_t cols) {
+  ZAYA_CHECK(X.dtype == DType::F32 || X.dtype == DType::BF16, "gemm: operand ", name,
+             " must be F32 or BF16, got ", dtype_name(X.dtype));
+  // Stored as [rows, cols] when not transposed, [cols, rows] when transposed.
+  const int64_t stored_cols = X.trans ? rows : cols;
+  ZAYA_CHECK(X.ld >= std::max<int64_t>(stored_cols, 1), "gemm: operand ", name, " has row stride ", X.ld,
+             " but its stored rows hold ", stored_cols, " elements", X.trans ? " (transposed)" : "");
+  ZAYA_CHECK(X.data != nullptr, "gemm: operand ", name, " is null for a ", rows, "x", cols, " product");
+}
+
+}  // namespace
+
+const char* gemm_backend_name(GemmBackend backend) {
+  switch (backend) {
+    case GemmBackend::Auto:
+      return "auto";
+    case GemmBackend::OneDnn:
+      return "onednn";
+    case GemmBackend::OneDnnRuntimeM:
+      return "onednn-runtime-m";
+    case GemmBackend::OpenBlas:
+      return "openblas";
+    case GemmBackend::Reference:
+      return "reference";
+  }
+  return "?";
+}
+
+void gemm_with(GemmBackend backend, int64_t M, int64_t N, int64_t K, float alpha, const MatRef& A,
+               const MatRef& B, float beta, float* C, int64_t ldc) {
+  ZAYA_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm: negative size M=", M, " N=", N, " K=", K);
+  if (M == 0 || N == 0) return;
+  ZAYA_CHECK(C != nullptr, "gemm: output C is null for a ", M, "x", N, " product");
+  ZAYA_CHECK(ldc >= N, "gemm: output row stride ldc=", ldc, " is smaller than N=", N);
+  if (K == 0 || alpha == 0.0f) {  // nothing to multiply; BLAS semantics still scale C
+    scale_c(M, N, beta, C, ldc);
+    return;
+  }
+  check_operand("A", A, M, K);
+  check_operand("B", B, K, N);
+
+  const bool bf16 = A.dtype == DType::BF16 || B.dtype == DType::BF16;
+  if (backend == GemmBackend::Auto) backend = choose_backend(M, N, K, bf16);
+  if (backend == GemmBackend::Reference) {
+    reference_gemm(M, N, K, alpha, A, B, beta, C, ldc);
+    return;
+  }
+  if (backend == GemmBackend::OpenBlas) {
+    openblas_gemm(M, N, K, alpha, A, B, beta, C, ldc);
+    return;
+  }
+  MatRef a = A, b = B;
+  if (bf16 && a.dtype == DType::F32) a = to_bf16(a, a.trans ? K : M, a.trans ? M : K, t_bf16_a);
+  if (bf16 && b.dtype == DType::F32) b = to_bf16(b, b.trans ? N : K, b.trans ? K : N, t_bf16_b);
+  onednn_gemm(backend == GemmBackend::OneDnnRuntimeM, M, N, K, alpha, a, b, beta, C, ldc);
+}
+
+void gemm(int64_t M, int64_t N, int64_t K, float alpha, const MatRef& A, const MatRef& B, float beta,
+          float* C, int64_t ldc) {
+  gemm_with(GemmBackend::Auto, M, N, K, alpha, A, B, beta, C, ldc);
+}
+
+int64_t gemm_cached_primitives() {
+  return primitive_cache().size();
+}
+
+void linear_forward(float* out, const float* in, const Tensor& W, const float* bias, int64_t M) {
+  ZAYA_CHECK(W.ndim() == 2, "linear_forward: weight must be 2-D [out, in], got shape ", shape_str(W.shape));
+  ZAYA_CHECK(W.dtype == DType::F32 || W.dtype == DType::BF16,
+             "linear_forward: weight must be F32 or BF16, got ", dtype_name(W.dtype));
+  const int64_t N = W.dim(0), K = W.dim(1);
+  gemm(M, N, K, 1.0f, mat(in, K), mat(W, K, /*trans=*/true), 0.0f, out, N);
+  if (bias == nullptr || M == 0 || N == 0) return;
+  const int nt = M * N >= (int64_t(1) << 16) ? threads_here() : 1;
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+  for (int64_t m = 0; m < M; m++) {
+    float* row = out + m * N;
+    for (int64_t n = 0; n < N; n++) row[n] += bias[n];
+  }
+}
+
+double measure_gemm_peak_gflops(DType dtype) {
+  ZAYA_CHECK(dtype == DType::F32 || dtype == DType::BF16, "GEMM peak is measured for F32 or BF16, not ",
+             dtype_name(dtype));
+  // The Linear layout (B transposed) at 2048^3: large enough to reach the compute roof, ~50-100 ms a run.
+  const int64_t n = 2048;
+  Tensor a = Tensor::empty(dtype, {n, n}), b = Tensor::empty(dtype, {n, n});
+  Tensor c = Tensor::empty(DType::F32, {n, n});
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (Tensor* t : {&a, &b}) {
+    for (int64_t i = 0; i < t->numel(); i++) {
+      if (dtype == DType::F32) {
+        t->f32()[i] = dist(rng);
+      } else {
+        t->bf16()[i] = f32_to_bf16(dist(rng));
+      }
+    }
+  }
+  auto run = [&] { gemm(n, n, n, 1.0f, mat(a, n), mat(b, n, true), 0.0f, c.f32(), n); };
+  run();  // warmup: primitive creation, page faults, clocks
+  double best = 1e30;
+  for (int rep = 0; rep < 4; rep++) {
+    auto t0 = std::chrono::steady_clock::now();
+    run();
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return 2.0 * double(n) * n * n / best * 1e-9;
+}
+
+}  // namespace zaya

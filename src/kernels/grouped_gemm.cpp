@@ -1,0 +1,86 @@
+// Grouped expert GEMMs: one Linear per expert over its contiguous slice of the sorted tokens.
+#include "kernels/grouped_gemm.h"
+
+#include <exception>
+#include <mutex>
+
+#include "core/error.h"
+#include "core/threads.h"
+
+namespace zaya {
+
+namespace {
+
+// One expert: out[rows, N] = in[rows, K] · W[e]ᵀ.
+void expert_forward(GemmBackend backend, float* out, const float* in, const Tensor& W, const int64_t* offsets,
+                    int64_t e) {
+  const int64_t N = W.dim(1), K = W.dim(2);
+  const int64_t begin = offsets[e], rows = offsets[e + 1] - offsets[e];
+  const char* w = static_cast<const char*>(W.data) + size_t(e * N * K) * dtype_size(W.dtype);
+  MatRef we{w, W.dtype, K, /*trans=*/true};
+  gemm_with(backend, rows, N, K, 1.0f, mat(in + begin * K, K), we, 0.0f, out + begin * N, N);
+}
+
+GroupedSchedule choose_schedule(const int64_t* offsets, int64_t E) {
+  (void)offsets, (void)E;
+  return GroupedSchedule::Sequential;
+}
+
+}  // namespace
+
+const char* grouped_schedule_name(GroupedSchedule schedule) {
+  switch (schedule) {
+    case GroupedSchedule::Auto:
+      return "auto";
+    case GroupedSchedule::Sequential:
+      return "sequential";
+    case GroupedSchedule::ExpertParallel:
+      return "expert-parallel";
+  }
+  return "?";
+}
+
+void grouped_linear_forward_with(GroupedSchedule schedule, GemmBackend backend, float* out, const float* in,
+                                 const Tensor& W, const int64_t* offsets, int64_t E) {
+  ZAYA_CHECK(W.ndim() == 3, "grouped_linear_forward: expert weights must be 3-D [E, out, in], got shape ",
+             shape_str(W.shape));
+  ZAYA_CHECK(W.dtype == DType::F32 || W.dtype == DType::BF16,
+             "grouped_linear_forward: expert weights must be F32 or BF16, got ", dtype_name(W.dtype));
+  ZAYA_CHECK(W.dim(0) == E, "grouped_linear_forward: expert weights hold ", W.dim(0), " experts, expected ",
+             E);
+  ZAYA_CHECK(offsets != nullptr && offsets[0] == 0, "grouped_linear_forward: offsets must start at 0");
+  for (int64_t e = 0; e < E; e++) {
+    ZAYA_CHECK(offsets[e + 1] >= offsets[e],
+               "grouped_linear_forward: offsets must be non-decreasing, but offsets[", e + 1,
+               "]=", offsets[e + 1], " < offsets[", e, "]=", offsets[e]);
+  }
+  if (schedule == GroupedSchedule::Auto) schedule = choose_schedule(offsets, E);
+
+  if (schedule == GroupedSchedule::ExpertParallel && threads_here() > 1) {
+    // Each expert's GEMM runs inside the parallel region, so it stays on its thread (see gemm.h). An
+    // exception must not leave the region (that terminates), so the first one is carried out.
+    std::exception_ptr error;
+    std::mutex error_mu;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads_here())
+    for (int64_t e = 0; e < E; e++) {
+      if (offsets[e + 1] == offsets[e]) continue;
+      try {
+        expert_forward(backend, out, in, W, offsets, e);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(error_mu);
+        if (!error) error = std::current_exception();
+      }
+    }
+    if (error) std::rethrow_exception(error);
+    return;
+  }
+  for (int64_t e = 0; e < E; e++) {
+    if (offsets[e + 1] > offsets[e]) expert_forward(backend, out, in, W, offsets, e);
+  }
+}
+
+void grouped_linear_forward(float* out, const float* in, const Tensor& W, const int64_t* offsets, int64_t E) {
+  grouped_linear_forward_with(GroupedSchedule::Auto, GemmBackend::Auto, out, in, W, offsets, E);
+}
+
+}  // namespace zaya

@@ -1,0 +1,29 @@
+// Grouped GEMM for Mixture-of-Experts layers (the MegaBlocks plan): tokens are sorted by expert, so expert e
+// owns the contiguous rows [offsets[e], offsets[e+1]) of the input and output.
+#pragma once
+
+#include <cstdint>
+
+#include "core/tensor.h"
+#include "kernels/gemm.h"
+
+namespace zaya {
+
+// out[r, :] = in[r, :] · W[e]ᵀ for every row r in [offsets[e], offsets[e+1]), for each expert e < E.
+//   out     [T, N] fp32, T = offsets[E]
+//   in      [T, K] fp32, rows sorted by expert
+//   W       [E, N, K] F32 or BF16 (per-expert Linear weights, [out, in] each)
+//   offsets [E+1] non-decreasing, offsets[0] == 0
+// Experts with no rows are skipped. Throws on a malformed W or offsets.
+void grouped_linear_forward(float* out, const float* in, const Tensor& W, const int64_t* offsets, int64_t E);
+
+// How the expert GEMMs share the threads (for benchmarks; grouped_linear_forward uses Auto):
+//   Sequential      one expert at a time, each GEMM on all threads
+//   ExpertParallel  experts spread over the threads, each GEMM on one thread
+enum class GroupedSchedule { Auto, Sequential, ExpertParallel };
+const char* grouped_schedule_name(GroupedSchedule schedule);
+
+void grouped_linear_forward_with(GroupedSchedule schedule, GemmBackend backend, float* out, const float* in,
+                                 const Tensor& W, const int64_t* offsets, int64_t E);
+
+}  // namespace zaya

@@ -1,0 +1,365 @@
+// GEMM seam, backends, linear_forward and grouped expert GEMMs against a double-precision reference loop.
+#include "kernels/gemm.h"
+
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "core/error.h"
+#include "core/threads.h"
+#include "kernels/grouped_gemm.h"
+
+namespace zaya {
+namespace {
+
+// A matrix stored row-major as [rows, cols] with row stride ld >= cols, values uniform in [-1, 1]. When
+// `bf16` it is stored as bf16 (`bits`); when `bf16` or `on_bf16_grid` the values are exactly representable
+// in bf16, so a product computed in bf16 has accumulation order as its only error.
+struct Stored {
+  int64_t rows = 0, cols = 0, ld = 0;
+  bool bf16 = false;
+  std::vector<float> f32;      // the values, always (rounded to bf16 when bf16)
+  std::vector<uint16_t> bits;  // bf16 storage when bf16
+
+  MatRef ref(bool trans) const {
+    if (bf16) return {bits.data(), DType::BF16, ld, trans};
+    return {f32.data(), DType::F32, ld, trans};
+  }
+};
+
+Stored make_stored(int64_t rows, int64_t cols, int64_t pad, bool bf16, std::mt19937& rng,
+                   bool on_bf16_grid = false) {
+  Stored s;
+  s.rows = rows, s.cols = cols, s.ld = cols + pad, s.bf16 = bf16;
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  s.f32.assign(size_t(std::max<int64_t>(rows * s.ld, 1)), std::numeric_limits<float>::quiet_NaN());
+  if (bf16) s.bits.assign(s.f32.size(), 0x7fc0);  // padding holds NaN: reading it would show
+  for (int64_t r = 0; r < rows; r++) {
+    for (int64_t c = 0; c < cols; c++) {
+      float v = dist(rng);
+      if (bf16 || on_bf16_grid) v = bf16_to_f32(f32_to_bf16(v));
+      if (bf16) s.bits[r * s.ld + c] = f32_to_bf16(v);
+      s.f32[r * s.ld + c] = v;
+    }
+  }
+  return s;
+}
+
+// Element (r, c) of op(X), as stored in `s` with the given transpose.
+double at(const Stored& s, bool trans, int64_t r, int64_t c) {
+  return trans ? s.f32[c * s.ld + r] : s.f32[r * s.ld + c];
+}
+
+// Checks C against alpha*op(A)·op(B) + beta*C0 in double; the error bound is relative to the magnitude of
+// the terms summed (sum |a||b| plus |beta c0|), so cancellation does not inflate it.
+void expect_matches(int64_t M, int64_t N, int64_t K, float alpha, const Stored& A, bool ta, const Stored& B,
+                    bool tb, float beta, const std::vector<float>& C0, const std::vector<float>& C,
+                    int64_t ldc, double rtol) {
+  int bad = 0;
+  for (int64_t m = 0; m < M; m++) {
+    for (int64_t n = 0; n < N; n++) {
+      double acc = 0, mag = 0;
+      for (int64_t k = 0; k < K; k++) {
+        double p = at(A, ta, m, k) * at(B, tb, k, n);
+        acc += p;
+        mag += std::fabs(p);
+      }
+      double c0 = beta == 0.0f ? 0.0 : double(C0[m * ldc + n]);
+      double want = double(alpha) * acc + double(beta) * c0;
+      double scale = std::fabs(alpha) * mag + std::fabs(beta * c0) + 1e-30;
+      double got = C[m * ldc + n];
+      if (!(std::fabs(got - want) <= rtol * scale) && bad++ < 5) {
+        ADD_FAILURE() << "C[" << m << "," << n << "] = " << got << ", expected " << want << " (scale "
+                      << scale << ")";
+      }
+    }
+  }
+  // Padding between rows of C is never written.
+  for (int64_t m = 0; m < M; m++) {
+    for (int64_t n = N; n < ldc; n++) {
+      const float got = C[m * ldc + n], was = C0[m * ldc + n];
+      const bool same = got == was || (std::isnan(got) && std::isnan(was));
+      if (!same && bad++ < 5) ADD_FAILURE() << "padding C[" << m << "," << n << "] written";
+    }
+  }
+  EXPECT_EQ(bad, 0);
+}
+
+struct Case {
+  int64_t M, N, K;
+};
+
+const std::vector<Case> kOddCases = {{1, 1, 1},   {1, 3, 17},   {3, 1, 17},   {17, 3, 1},     {3, 17, 65},
+                                     {65, 17, 3}, {17, 65, 33}, {65, 65, 65}, {130, 97, 257}, {257, 33, 130}};
+
+// Runs every case x transpose combo x (alpha, beta) x padding for one backend and operand dtypes.
+void check_backend(GemmBackend backend, DType a_type, DType b_type, double rtol) {
+  std::mt19937 rng(42);
+  const bool a_bf16 = a_type == DType::BF16, b_bf16 = b_type == DType::BF16;
+  // alpha/beta pairs: plain, scaled, accumulate, and both at once.
+  const std::vector<std::pair<float, float>> scalars = {
+      {1.0f, 0.0f}, {0.5f, 0.0f}, {1.0f, 1.0f}, {-1.5f, 0.25f}};
+  for (const Case& c : kOddCases) {
+    for (int ta = 0; ta < 2; ta++) {
+      for (int tb = 0; tb < 2; tb++) {
+        for (int pad = 0; pad < 2; pad++) {
+          for (auto [alpha, beta] : scalars) {
+            SCOPED_TRACE(testing::Message() << gemm_backend_name(backend) << " M=" << c.M << " N=" << c.N
+                                            << " K=" << c.K << " ta=" << ta << " tb=" << tb << " pad=" << pad
+                                            << " alpha=" << alpha << " beta=" << beta);
+            const bool grid = a_bf16 || b_bf16;  // a bf16 product rounds both operands
+            Stored A = ta ? make_stored(c.K, c.M, pad * 5, a_bf16, rng, grid)
+                          : make_stored(c.M, c.K, pad * 5, a_bf16, rng, grid);
+            Stored B = tb ? make_stored(c.N, c.K, pad * 3, b_bf16, rng, grid)
+                          : make_stored(c.K, c.N, pad * 3, b_bf16, rng, grid);
+            const int64_t ldc = c.N + pad * 7;
+            std::vector<float> C0(size_t(c.M * ldc));
+            std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+            for (float& v : C0) v = beta == 0.0f ? std::numeric_limits<float>::quiet_NaN() : dist(rng);
+            std::vector<float> C = C0;
+            gemm_with(backend, c.M, c.N, c.K, alpha, A.ref(ta), B.ref(tb), beta, C.data(), ldc);
+            expect_matches(c.M, c.N, c.K, alpha, A, ta, B, tb, beta, C0, C, ldc, rtol);
+            if (testing::Test::HasFailure()) return;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Gemm, Fp32AllBackends) {
+  for (GemmBackend b : {GemmBackend::Auto, GemmBackend::OneDnn, GemmBackend::OneDnnRuntimeM,
+                        GemmBackend::OpenBlas, GemmBackend::Reference}) {
+    check_backend(b, DType::F32, DType::F32, 1e-5);
+  }
+}
+
+TEST(Gemm, Bf16AllBackends) {
+  for (GemmBackend b :
+       {GemmBackend::Auto, GemmBackend::OneDnn, GemmBackend::OneDnnRuntimeM, GemmBackend::Reference}) {
+    check_backend(b, DType::BF16, DType::BF16, 1e-3);
+  }
+}
+
+// An fp32 operand paired with a bf16 one is rounded to bf16: with fp32 values already on the bf16 grid the
+// rounding is exact, so the product must match as tightly as pure bf16.
+TEST(Gemm, MixedFp32Bf16) {
+  check_backend(GemmBackend::Auto, DType::F32, DType::BF16, 1e-3);
+  check_backend(GemmBackend::Auto, DType::BF16, DType::F32, 1e-3);
+}
+
+TEST(Gemm, MixedRoundsTheFp32Operand) {
+  // 1 + 2^-10 is not a bf16 value; rounded to bf16 it becomes exactly 1, so A·B == 1 * 3 in bf16 mode.
+  const float a = 1.0f + 1.0f / 1024.0f;
+  const uint16_t b = f32_to_bf16(3.0f);
+  float c = 0;
+  gemm(1, 1, 1, 1.0f, mat(&a, 1), MatRef{&b, DType::BF16, 1, false}, 0.0f, &c, 1);
+  EXPECT_EQ(c, 3.0f);
+}
+
+TEST(Gemm, ZeroSizes) {
+  std::vector<float> A(64, 1.0f), B(64, 1.0f);
+  for (GemmBackend b :
+       {GemmBackend::Auto, GemmBackend::OneDnn, GemmBackend::OpenBlas, GemmBackend::Reference}) {
+    SCOPED_TRACE(gemm_backend_name(b));
+    // M == 0 or N == 0: nothing touched, null C allowed.
+    gemm_with(b, 0, 4, 4, 1.0f, mat(A.data(), 4), mat(B.data(), 4), 0.0f, nullptr, 4);
+    gemm_with(b, 4, 0, 4, 1.0f, mat(A.data(), 4), mat(B.data(), 1), 0.0f, nullptr, 1);
+    // K == 0: C = beta * C (beta == 0 clears, even NaN).
+    std::vector<float> C(16, 2.0f);
+    gemm_with(b, 4, 4, 0, 1.0f, mat(nullptr, 0), mat(nullptr, 4), 0.5f, C.data(), 4);
+    for (float v : C) EXPECT_EQ(v, 1.0f);
+    std::fill(C.begin(), C.end(), std::numeric_limits<float>::quiet_NaN());
+    gemm_with(b, 4, 4, 0, 1.0f, mat(nullptr, 0), mat(nullptr, 4), 0.0f, C.data(), 4);
+    for (float v : C) EXPECT_EQ(v, 0.0f);
+    // alpha == 0 behaves like K == 0.
+    std::fill(C.begin(), C.end(), 3.0f);
+    gemm_with(b, 4, 4, 4, 0.0f, mat(A.data(), 4), mat(B.data(), 4), 1.0f, C.data(), 4);
+    for (float v : C) EXPECT_EQ(v, 3.0f);
+  }
+}
+
+TEST(Gemm, BadArgumentsThrow) {
+  std::vector<float> A(64, 1.0f), B(64, 1.0f), C(64);
+  // Row stride shorter than the stored row.
+  EXPECT_THROW(gemm(4, 4, 4, 1.0f, mat(A.data(), 3), mat(B.data(), 4), 0.0f, C.data(), 4), Error);
+  EXPECT_THROW(gemm(4, 4, 4, 1.0f, mat(A.data(), 4), mat(B.data(), 4, true), 0.0f, C.data(), 3), Error);
+  EXPECT_THROW(gemm(8, 4, 2, 1.0f, mat(A.data(), 4, true), mat(B.data(), 4), 0.0f, C.data(), 4), Error);
+  EXPECT_THROW(gemm(-1, 4, 4, 1.0f, mat(A.data(), 4), mat(B.data(), 4), 0.0f, C.data(), 4), Error);
+  EXPECT_THROW(gemm(4, 4, 4, 1.0f, mat(nullptr, 4), mat(B.data(), 4), 0.0f, C.data(), 4), Error);
+  // Unsupported dtype, and bf16 on the fp32-only OpenBLAS backend.
+  MatRef i32{A.data(), DType::I32, 4, false};
+  EXPECT_THROW(gemm(4, 4, 4, 1.0f, i32, mat(B.data(), 4), 0.0f, C.data(), 4), Error);
+  std::vector<uint16_t> Bb(64, 0x3f80);
+  EXPECT_THROW(gemm_with(GemmBackend::OpenBlas, 4, 4, 4, 1.0f, mat(A.data(), 4),
+                         MatRef{Bb.data(), DType::BF16, 4}, 0.0f, C.data(), 4),
+               Error);
+}
+
+// Concurrent calls from inside an OpenMP region (each thread its own product, shapes differing per thread so
+// the primitive cache is hit from several threads) give the same results as serial calls.
+TEST(Gemm, ConcurrentCallsInsideParallelRegion) {
+  std::mt19937 rng(7);
+  const int tasks = 8;
+  std::vector<Stored> As, Bs;
+  for (int t = 0; t < tasks; t++) {
+    As.push_back(make_stored(33 + t % 3, 65, 0, t % 2 == 1, rng));
+    Bs.push_back(make_stored(47, 65, 0, t % 2 == 1, rng));
+  }
+  std::vector<std::vector<float>> want(tasks), got(tasks);
+  for (int t = 0; t < tasks; t++) {
+    want[t].assign(size_t(As[t].rows * 47), 0.0f);
+    got[t] = want[t];
+    gemm(As[t].rows, 47, 65, 1.0f, As[t].ref(false), Bs[t].ref(true), 0.0f, want[t].data(), 47);
+  }
+  for (GemmBackend b : {GemmBackend::Auto, GemmBackend::OneDnn, GemmBackend::OneDnnRuntimeM}) {
+#pragma omp parallel for num_threads(2) schedule(dynamic, 1)
+    for (int t = 0; t < tasks; t++) {
+      gemm_with(b, As[t].rows, 47, 65, 1.0f, As[t].ref(false), Bs[t].ref(true), 0.0f, got[t].data(), 47);
+    }
+    for (int t = 0; t < tasks; t++) EXPECT_EQ(got[t], want[t]) << gemm_backend_name(b) << " task " << t;
+  }
+}
+
+TEST(Gemm, PrimitiveCacheIsReused) {
+  std::vector<float> A(32 * 32, 0.5f), B(32 * 32, 0.25f), C(32 * 32);
+  gemm_with(GemmBackend::OneDnn, 31, 29, 23, 1.0f, mat(A.data(), 23), mat(B.data(), 23, true), 0.0f, C.data(),
+            29);
+  const int64_t before = gemm_cached_primitives();
+  for (int i = 0; i < 5; i++) {
+    gemm_with(GemmBackend::OneDnn, 31, 29, 23, 1.0f, mat(A.data(), 23), mat(B.data(), 23, true), 0.0f,
+              C.data(), 29);
+  }
+  EXPECT_EQ(gemm_cached_primitives(), before);
+  // A runtime-M primitive serves every M of its (N, K) shape.
+  gemm_with(GemmBackend::OneDnnRuntimeM, 3, 29, 23, 1.0f, mat(A.data(), 23), mat(B.data(), 23, true), 0.0f,
+            C.data(), 29);
+  const int64_t with_runtime = gemm_cached_primitives();
+  for (int64_t m = 1; m <= 32; m++) {
+    gemm_with(GemmBackend::OneDnnRuntimeM, m, 29, 23, 1.0f, mat(A.data(), 23), mat(B.data(), 23, true), 0.0f,
+              C.data(), 29);
+  }
+  EXPECT_EQ(gemm_cached_primitives(), with_runtime);
+}
+
+TEST(Gemm, LinearForward) {
+  std::mt19937 rng(3);
+  const int64_t M = 19, N = 37, K = 70;
+  for (DType wt : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(wt));
+    Stored x = make_stored(M, K, 0, /*bf16=*/false, rng, /*on_bf16_grid=*/true);  // exact in both modes
+    Stored w = make_stored(N, K, 0, wt == DType::BF16, rng);
+    Tensor W = Tensor::empty(wt, {N, K});
+    for (int64_t i = 0; i < N * K; i++) {
+      if (wt == DType::BF16) {
+        W.bf16()[i] = w.bits[i];
+      } else {
+        W.f32()[i] = w.f32[i];
+      }
+    }
+    std::vector<float> bias(N);
+    for (int64_t n = 0; n < N; n++) bias[n] = 0.125f * float(n);
+    std::vector<float> out(M * N, std::numeric_limits<float>::quiet_NaN()), no_bias(M * N);
+    linear_forward(out.data(), x.f32.data(), W, bias.data(), M);
+    linear_forward(no_bias.data(), x.f32.data(), W, nullptr, M);
+    std::vector<float> zeros(M * N, 0.0f);
+    expect_matches(M, N, K, 1.0f, x, false, w, true, 0.0f, zeros, no_bias, N, 1e-5);
+    for (int64_t i = 0; i < M * N; i++) EXPECT_NEAR(out[i], no_bias[i] + bias[i % N], 1e-6);
+  }
+  Tensor bad = Tensor::empty(DType::F32, {2, 3, 4});
+  std::vector<float> buf(64);
+  EXPECT_THROW(linear_forward(buf.data(), buf.data(), bad, nullptr, 1), Error);
+}
+
+// Expert GEMMs with some experts empty (first, middle, last) match per-expert reference products.
+TEST(GroupedGemm, MatchesPerExpertReference) {
+  std::mt19937 rng(11);
+  const int64_t E = 6, N = 40, K = 72;
+  const std::vector<int64_t> rows = {0, 5, 1, 0, 33, 0};
+  std::vector<int64_t> offsets = {0};
+  for (int64_t r : rows) offsets.push_back(offsets.back() + r);
+  const int64_t T = offsets.back();
+  Stored x = make_stored(T, K, 0, /*bf16=*/false, rng, /*on_bf16_grid=*/true);
+  for (DType wt : {DType::F32, DType::BF16}) {
+    Tensor W = Tensor::empty(wt, {E, N, K});
+    std::vector<Stored> we;
+    for (int64_t e = 0; e < E; e++) {
+      we.push_back(make_stored(N, K, 0, wt == DType::BF16, rng));
+      for (int64_t i = 0; i < N * K; i++) {
+        if (wt == DType::BF16) {
+          W.bf16()[e * N * K + i] = we[e].bits[i];
+        } else {
+          W.f32()[e * N * K + i] = we[e].f32[i];
+        }
+      }
+    }
+    for (GroupedSchedule s :
+         {GroupedSchedule::Auto, GroupedSchedule::Sequential, GroupedSchedule::ExpertParallel}) {
+      for (GemmBackend b : {GemmBackend::Auto, GemmBackend::OneDnn, GemmBackend::OneDnnRuntimeM}) {
+        SCOPED_TRACE(testing::Message()
+                     << dtype_name(wt) << " " << grouped_schedule_name(s) << " " << gemm_backend_name(b));
+        std::vector<float> out(T * N, std::numeric_limits<float>::quiet_NaN());
+        grouped_linear_forward_with(s, b, out.data(), x.f32.data(), W, offsets.data(), E);
+        for (int64_t e = 0; e < E; e++) {
+          const int64_t r = rows[e];
+          if (r == 0) continue;
+          Stored xe;
+          xe.rows = r, xe.cols = K, xe.ld = K;
+          xe.f32.assign(x.f32.begin() + offsets[e] * K, x.f32.begin() + offsets[e + 1] * K);
+          std::vector<float> oe(out.begin() + offsets[e] * N, out.begin() + offsets[e + 1] * N);
+          std::vector<float> zeros(r * N, 0.0f);
+          expect_matches(r, N, K, 1.0f, xe, false, we[e], true, 0.0f, zeros, oe, N, 1e-5);
+        }
+      }
+    }
+  }
+}
+
+TEST(GroupedGemm, AllEmptyAndBadInput) {
+  const int64_t E = 4, N = 8, K = 8;
+  Tensor W = Tensor::empty(DType::F32, {E, N, K});
+  std::vector<int64_t> empty = {0, 0, 0, 0, 0};
+  grouped_linear_forward(nullptr, nullptr, W, empty.data(), E);  // nothing to do, nothing touched
+
+  std::vector<float> buf(64);
+  std::vector<int64_t> decreasing = {0, 3, 2, 4, 4};
+  EXPECT_THROW(grouped_linear_forward(buf.data(), buf.data(), W, decreasing.data(), E), Error);
+  std::vector<int64_t> not_zero = {1, 2, 3, 4, 5};
+  EXPECT_THROW(grouped_linear_forward(buf.data(), buf.data(), W, not_zero.data(), E), Error);
+  EXPECT_THROW(grouped_linear_forward(buf.data(), buf.data(), W, empty.data(), E + 1), Error);  // E mismatch
+  Tensor flat = Tensor::empty(DType::F32, {N, K});
+  EXPECT_THROW(grouped_linear_forward(buf.data(), buf.data(), flat, empty.data(), E), Error);
+}
+
+TEST(Threads, Helpers) {
+  EXPECT_GE(num_threads(), 1);
+  EXPECT_FALSE(in_parallel_region());
+  EXPECT_EQ(threads_here(), num_threads());
+  int inside = 0;
+#pragma omp parallel num_threads(2)
+  {
+#pragma omp single
+    inside = threads_here();
+  }
+  EXPECT_EQ(inside, 1);  // 1 inside an active region; 1 also when OpenMP runs a single thread
+  const int saved = num_threads();
+  set_num_threads(1);
+  EXPECT_EQ(num_threads(), 1);
+  set_num_threads(saved);
+  EXPECT_THROW(set_num_threads(0), Error);
+}
+
+TEST(Gemm, PeakIsPositive) {
+  for (DType t : {DType::F32, DType::BF16}) {
+    double g = measure_gemm_peak_gflops(t);
+    EXPECT_TRUE(std::isfinite(g) && g > 0) << dtype_name(t) << ": " << g;
+  }
+  EXPECT_THROW(measure_gemm_peak_gflops(DType::I32), Error);
+}
+
+}  // namespace
+}  // namespace zaya
