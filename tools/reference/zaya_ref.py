@@ -739,7 +739,7 @@ class Experts(nn.Module):
             gate_up = u[rows] @ self.gate_up_proj[e].t()
             gate, up = gate_up.chunk(2, dim=-1)
             y = (F.silu(gate) * up) @ self.down_proj[e].t()
-            out = out.index_add(0, rows, (y * w[start:start + n, None]).to(out.dtype))
+            out.index_add_(0, rows, (y * w[start:start + n, None]).to(out.dtype))
             start += n
         return out
 
@@ -1144,14 +1144,26 @@ def greedy_generate_full(model, prompt_ids, max_new_tokens):
 def main():
     import argparse
 
-    parser = argparse.ArgumentParser(description="Run the ZAYA1 reference on a checkpoint directory.")
-    parser.add_argument("directory")
-    parser.add_argument("--ids", default="2,10,20,30", help="comma-separated prompt ids")
-    parser.add_argument("--new", type=int, default=8, help="greedy tokens to generate")
-    parser.add_argument("--legacy", action="store_true", help="legacy semantics (legacy checkpoints)")
-    parser.add_argument("--bf16", action="store_true")
+    parser = argparse.ArgumentParser(description="ZAYA1 reference model.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="greedy generation from a checkpoint directory")
+    run.add_argument("directory")
+    run.add_argument("--ids", default="2,10,20,30", help="comma-separated prompt ids")
+    run.add_argument("--new", type=int, default=8, help="greedy tokens to generate")
+    run.add_argument("--legacy", action="store_true", help="legacy semantics (legacy checkpoints)")
+    run.add_argument("--bf16", action="store_true", help="bf16 compute (fp32 op set)")
+    init = sub.add_parser("init", help="write a Hugging-Face-initialised checkpoint directory")
+    init.add_argument("--config", required=True, help="native or legacy config.json")
+    init.add_argument("--out", required=True, help="output directory (config.json + model.safetensors)")
+    init.add_argument("--seed", type=int, default=0)
+    init.add_argument("--bf16", action="store_true", help="store BF16 tensors")
     args = parser.parse_args()
-    torch.manual_seed(0)
+    if args.command == "init":
+        cfg = ZayaConfig.from_file(args.config)
+        model = init_weights(ZayaForCausalLM(cfg), seed=args.seed)
+        save_pretrained(model, args.out, torch.bfloat16 if args.bf16 else torch.float32)
+        print(json.dumps({"out": args.out, "parameters": sum(p.numel() for p in model.parameters())}))
+        return
     model = load_pretrained(args.directory, torch.bfloat16 if args.bf16 else torch.float32, args.legacy)
     ids = torch.tensor([[int(x) for x in args.ids.split(",")]])
     new, _ = greedy_generate(model, ids, args.new)
