@@ -4,63 +4,109 @@
 #include <limits>
 #include <vector>
 
+#include "core/profile.h"
+#include "kernels/gemm.h"
+
 namespace zaya {
 
-void attention_forward(float* out, float* lse, const float* q, int64_t q_stride, const float* k,
-                       const float* v, const int64_t* q_pos, const uint8_t* key_valid,
-                       const AttentionArgs& a) {
-  const int64_t G = a.Hq / a.Hk, d = a.d;
+namespace {
+
+// Visible key range [first, last] of a query at absolute position qp (causal, optional window).
+inline void visible_range(int64_t qp, const AttentionArgs& a, int64_t* first, int64_t* last) {
+  *last = std::min(qp - a.key_pos0, a.n_keys - 1);
+  *first = a.window > 0 ? std::max<int64_t>(0, qp - a.window + 1 - a.key_pos0) : 0;
+}
+
+// Masked softmax in place over one score row p[0, n) restricted to [first, last]; entries outside and
+// padded keys become 0. Returns the log-sum-exp (-inf when nothing is visible; the row is then all 0).
+float masked_softmax_row(float* p, int64_t n, int64_t first, int64_t last, const uint8_t* key_valid) {
+  float mx = -std::numeric_limits<float>::infinity();
+  for (int64_t j = first; j <= last; j++) {
+    if (key_valid && !key_valid[j]) continue;
+    mx = p[j] > mx ? p[j] : mx;
+  }
+  if (mx == -std::numeric_limits<float>::infinity()) {
+    std::fill(p, p + n, 0.f);
+    return mx;
+  }
+  float sum = 0.f;
+  for (int64_t j = 0; j < n; j++) {
+    bool vis = j >= first && j <= last && (!key_valid || key_valid[j]);
+    float e = vis ? std::exp(p[j] - mx) : 0.f;
+    p[j] = e;
+    sum += e;
+  }
+  float inv = 1.0f / sum;
+  for (int64_t j = 0; j < n; j++) p[j] *= inv;
+  return mx + std::log(sum);
+}
+
+}  // namespace
+
+namespace {
+
+// Few queries (decode, short chunks): dot products per query, no GEMM (whose primitives are per shape and
+// the key count changes every step).
+void attention_rows(float* out, float* lse, const float* q, int64_t q_stride, const float* k, const float* v,
+                    const int64_t* q_pos, const uint8_t* key_valid, const AttentionArgs& a) {
+  const int64_t G = a.Hq / a.Hk, d = a.d, n = a.n_keys;
   const float scale = 1.0f / std::sqrt(float(d));
-#pragma omp parallel for collapse(2) schedule(dynamic, 4) if (a.S * a.n_keys * a.Hq > 32768)
+#pragma omp parallel for collapse(2) schedule(dynamic, 1) if (a.S * a.Hq * n > 8192)
   for (int64_t t = 0; t < a.S; t++) {
     for (int64_t h = 0; h < a.Hq; h++) {
+      thread_local std::vector<float> p;
+      p.resize(n);
       const float* qv = q + t * q_stride + h * d;
       const float* kh = k + (h / G) * a.key_stride;
       const float* vh = v + (h / G) * a.key_stride;
       float* o = out + t * a.Hq * d + h * d;
-      // Visible keys: absolute position p with p <= q_pos (and q_pos - p < W), not padding.
-      int64_t last = q_pos[t] - a.key_pos0;  // index of the query's own position
-      if (last >= a.n_keys) last = a.n_keys - 1;
-      int64_t first = 0;
-      if (a.window > 0) first = std::max<int64_t>(0, q_pos[t] - a.window + 1 - a.key_pos0);
-      thread_local std::vector<float> p;
-      p.assign(std::max<int64_t>(last - first + 1, 0), 0.f);
-      float mx = -std::numeric_limits<float>::infinity();
+      int64_t first, last;
+      visible_range(q_pos[t], a, &first, &last);
       for (int64_t j = first; j <= last; j++) {
-        if (key_valid && !key_valid[j]) continue;
         const float* kv = kh + j * d;
         float s = 0.f;
 #pragma omp simd reduction(+ : s)
         for (int64_t i = 0; i < d; i++) s += qv[i] * kv[i];
-        s *= scale;
-        p[j - first] = s;
-        mx = s > mx ? s : mx;
+        p[j] = s * scale;
       }
+      float l = masked_softmax_row(p.data(), n, first, last, key_valid);
+      if (lse) lse[t * a.Hq + h] = l;
       for (int64_t i = 0; i < d; i++) o[i] = 0.f;
-      if (mx == -std::numeric_limits<float>::infinity()) {  // padding query: nothing visible
-        if (lse) lse[t * a.Hq + h] = -std::numeric_limits<float>::infinity();
-        continue;
-      }
-      float sum = 0.f;
       for (int64_t j = first; j <= last; j++) {
-        if (key_valid && !key_valid[j]) {
-          p[j - first] = 0.f;
-          continue;
-        }
-        float e = std::exp(p[j - first] - mx);
-        p[j - first] = e;
-        sum += e;
-      }
-      float inv = 1.0f / sum;
-      for (int64_t j = first; j <= last; j++) {
-        float w = p[j - first] * inv;
-        if (w == 0.f) continue;
+        if (p[j] == 0.f) continue;
         const float* vv = vh + j * d;
 #pragma omp simd
-        for (int64_t i = 0; i < d; i++) o[i] += w * vv[i];
+        for (int64_t i = 0; i < d; i++) o[i] += p[j] * vv[i];
       }
-      if (lse) lse[t * a.Hq + h] = mx + std::log(sum);
     }
+  }
+}
+
+}  // namespace
+
+void attention_forward(float* out, float* lse, const float* q, int64_t q_stride, const float* k,
+                       const float* v, const int64_t* q_pos, const uint8_t* key_valid,
+                       const AttentionArgs& a) {
+  ZAYA_PROFILE_SCOPE("attention");
+  if (a.S < 32) return attention_rows(out, lse, q, q_stride, k, v, q_pos, key_valid, a);
+  const int64_t G = a.Hq / a.Hk, d = a.d, S = a.S, n = a.n_keys;
+  const float scale = 1.0f / std::sqrt(float(d));
+  // Per query head: scores[S, n] = Q_h · K_κ(h)ᵀ / √d (a GEMM), masked softmax per row, O_h = P · V_κ(h).
+  // Heads run in parallel with single-threaded GEMMs (gemm() stays on the calling thread inside a region).
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t h = 0; h < a.Hq; h++) {
+    thread_local std::vector<float> scores;
+    scores.resize(S * n);
+    const float* kh = k + (h / G) * a.key_stride;
+    const float* vh = v + (h / G) * a.key_stride;
+    gemm(S, n, d, scale, mat(q + h * d, q_stride), mat(kh, d, /*trans=*/true), 0.f, scores.data(), n);
+    for (int64_t t = 0; t < S; t++) {
+      int64_t first, last;
+      visible_range(q_pos[t], a, &first, &last);
+      float l = masked_softmax_row(scores.data() + t * n, n, first, last, key_valid);
+      if (lse) lse[t * a.Hq + h] = l;
+    }
+    gemm(S, d, n, 1.f, mat(scores.data(), n), mat(vh, d), 0.f, out + h * d, a.Hq * d);
   }
 }
 

@@ -3,11 +3,15 @@
 #include <cmath>
 #include <vector>
 
+#include "core/profile.h"
+#include "kernels/gemm.h"
+
 namespace zaya {
 
 void cca_conv_forward(float* out, float* mid, const float* frames, const float* w0, const float* b0,
                       const float* w1, const float* b1, int64_t S, const CcaDims& dm) {
-  const int64_t C = dm.C(), d = dm.d, t0 = dm.t0, t1 = dm.t1, P = dm.P();
+  ZAYA_PROFILE_SCOPE("cca_conv");
+  const int64_t C = dm.C(), d = dm.d, t0 = dm.t0, t1 = dm.t1;
   const int64_t n_mid = S + t1 - 1;
   // Depthwise: m_σ[c] = b0[c] + Σ_j w0[c,j] · u_{σ-t0+1+j}[c]; frame τ lives at row τ + P of `frames`,
   // and mid row σ + (t1-1). Row σ=-(t1-1) reads frames rows 0 … t0-1.
@@ -19,28 +23,23 @@ void cca_conv_forward(float* out, float* mid, const float* frames, const float* 
       for (int64_t c = 0; c < C; c++) m[c] += w0[c * t0 + j] * u[c];
     }
   }
-  (void)P;
   // Grouped: c_t[o] = b1[o] + Σ_j Σ_c' W1[o,c',j] · m_{t-t1+1+j}[g(o)·d + c']; mid row of m_{t-t1+1+j} = t +
-  // j.
+  // j. Per group g and tap j this is a GEMM: out[:, g·d:(g+1)·d] += mid[j : j+S, g·d:(g+1)·d] · W1[g·d:…, :,
+  // j]ᵀ, with the tap-major weights w1t[j][o][c'] re-laid from [o][c'][j].
   const int64_t groups = dm.Hq + dm.Hk;
-#pragma omp parallel for collapse(2) schedule(static) if (S * C * d > 65536)
-  for (int64_t t = 0; t < S; t++) {
-    for (int64_t g = 0; g < groups; g++) {
-      for (int64_t ol = 0; ol < d; ol++) {
-        int64_t o = g * d + ol;
-        float acc = b1[o];
-        const float* w = w1 + o * d * t1;
-        for (int64_t j = 0; j < t1; j++) {
-          const float* m = mid + (t + j) * C + g * d;
-          float part = 0.f;
-#pragma omp simd reduction(+ : part)
-          for (int64_t c = 0; c < d; c++) part += w[c * t1 + j] * m[c];
-          acc += part;
-        }
-        out[t * C + o] = acc;
-      }
+  std::vector<float> w1t(t1 * C * d);  // shared by the threads below (a thread_local would not be)
+  for (int64_t o = 0; o < C; o++)
+    for (int64_t c = 0; c < d; c++)
+      for (int64_t j = 0; j < t1; j++) w1t[(j * C + o) * d + c] = w1[(o * d + c) * t1 + j];
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t g = 0; g < groups; g++) {
+    for (int64_t j = 0; j < t1; j++) {
+      gemm(S, d, d, 1.f, mat(mid + j * C + g * d, C),
+           mat(w1t.data() + (j * C + g * d) * d, d, /*trans=*/true), j == 0 ? 0.f : 1.f, out + g * d, C);
     }
   }
+  for (int64_t t = 0; t < S; t++)
+    for (int64_t o = 0; o < C; o++) out[t * C + o] += b1[o];
 }
 
 void rope_inv_freq(float* inv_freq, int64_t r, double theta) {
@@ -64,6 +63,7 @@ void rope_apply(float* x, int64_t pos, int64_t r, const float* inv_freq) {
 
 void cca_qk_forward(float* conv, const float* raw, const float* temp, const int64_t* positions, int64_t S,
                     const CcaDims& dm, int64_t rotary_dim, double theta) {
+  ZAYA_PROFILE_SCOPE("cca_qk_rope");
   const int64_t Hq = dm.Hq, Hk = dm.Hk, d = dm.d, A = dm.A(), C = dm.C(), G = Hq / Hk;
   const float sqrt_d = std::sqrt(float(d));
   const float eps_q = 1.1920928955078125e-07f;  // fp32 machine epsilon: the reference's clamp (spec §5.5d)

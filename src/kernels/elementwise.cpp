@@ -2,10 +2,13 @@
 
 #include <cmath>
 
+#include "core/profile.h"
+
 namespace zaya {
 
 void residual_scale_forward(float* out, const float* o, const float* r, const float* hb, const float* hs,
                             const float* rb, const float* rs, int64_t N, int64_t H) {
+  ZAYA_PROFILE_SCOPE("residual_scale");
 #pragma omp parallel for schedule(static) if (N * H > 65536)
   for (int64_t n = 0; n < N; n++) {
 #pragma omp simd
@@ -17,11 +20,13 @@ void residual_scale_forward(float* out, const float* o, const float* r, const fl
 }
 
 void gelu_forward(float* x, int64_t n) {
+  ZAYA_PROFILE_SCOPE("gelu");
   const float inv_sqrt2 = 0.70710678118654752440f;
   for (int64_t i = 0; i < n; i++) x[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * inv_sqrt2));
 }
 
 void swiglu_forward(float* out, const float* gate_up, int64_t N, int64_t I) {
+  ZAYA_PROFILE_SCOPE("swiglu");
 #pragma omp parallel for schedule(static) if (N * I > 65536)
   for (int64_t n = 0; n < N; n++) {
     const float* a = gate_up + n * 2 * I;

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "core/profile.h"
 #include "kernels/elementwise.h"
 #include "kernels/grouped_gemm.h"
 
@@ -43,6 +44,7 @@ void moe_experts_forward(float* out, const float* u, const int32_t* choice, cons
                          const float* p_skip, const ExpertPlan& plan, const Tensor& gate_up,
                          const Tensor& down, int64_t T, int64_t H, int64_t I, int64_t E,
                          bool skip_passthrough, MoeScratch& s) {
+  ZAYA_PROFILE_SCOPE("moe_experts");
   const int64_t n = plan.offsets[E];
   s.x.resize(std::max<int64_t>(n, 1) * H);
   s.gu.resize(std::max<int64_t>(n, 1) * 2 * I);

@@ -2,10 +2,13 @@
 
 #include <cmath>
 
+#include "core/profile.h"
+
 namespace zaya {
 
 void rmsnorm_forward(float* out, float* rstd, const float* in, const float* g, int64_t N, int64_t D,
                      float eps) {
+  ZAYA_PROFILE_SCOPE("rmsnorm");
 #pragma omp parallel for schedule(static) if (N * D > 16384)
   for (int64_t n = 0; n < N; n++) {
     const float* x = in + n * D;

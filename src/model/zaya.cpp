@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/profile.h"
 #include "kernels/attention.h"
 #include "kernels/cca.h"
 #include "kernels/elementwise.h"
@@ -45,6 +46,7 @@ const float* opt_f32(const Tensor& t) {
 
 // out[M, N] (row stride ldc) = in[M, K] · W[N, K]ᵀ (+ bias[N]).
 void linear_strided(float* out, int64_t ldc, const float* in, const Tensor& W, const float* bias, int64_t M) {
+  ZAYA_PROFILE_SCOPE("linear");
   const int64_t N = W.dim(0), K = W.dim(1);
   gemm(M, N, K, 1.0f, mat(in, K), mat(W, K, /*trans=*/true), 0.0f, out, ldc);
   if (bias) {

@@ -1,0 +1,57 @@
+// Helpers shared by the test binaries: locating test data, reading raw .bin dumps and JSON.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace zaya::test {
+
+inline std::string source_dir() {
+  return ZAYA_SOURCE_DIR;
+}
+inline std::string data_dir() {
+  return source_dir() + "/tests/data";
+}
+inline std::string golden_dir() {
+  return data_dir() + "/golden/zaya1_like";
+}
+
+inline std::vector<float> read_f32(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::vector<float> v(bytes.size() / 4);
+  std::memcpy(v.data(), bytes.data(), v.size() * 4);
+  return v;
+}
+
+inline nlohmann::json read_json(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return nlohmann::json::parse(ss.str());
+}
+
+inline std::string read_text(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// max |a - b| over the entries where `keep` (nullable) is true.
+inline double max_abs_diff(const float* a, const float* b, size_t n, const std::vector<bool>* keep = nullptr,
+                           size_t row = 1) {
+  double m = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (keep && !(*keep)[i / row]) continue;
+    m = std::max(m, double(std::fabs(a[i] - b[i])));
+  }
+  return m;
+}
+
+}  // namespace zaya::test
