@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The README's test command: installs what is missing, builds everything, and runs the whole suite
+# (GoogleTest binaries, fuzz targets, the reference-data checks) through ctest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/build.sh
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
+cd build
+ctest --output-on-failure --timeout 900 -j1 "$@"
