@@ -1,0 +1,67 @@
+#include "tokenizer/json_field.h"
+
+#include "core/error.h"
+
+namespace zaya {
+
+void JsonField::fail(const std::string& what) const {
+  zaya::fail(str_cat(file_, ": field '", path_.empty() ? "(root)" : path_, "': ", what));
+}
+
+JsonField JsonField::at(const std::string& key) const {
+  if (!value_->is_object()) fail(str_cat("expected an object, got ", type_name()));
+  auto it = value_->find(key);
+  std::string child = path_.empty() ? key : path_ + "." + key;
+  if (it == value_->end()) zaya::fail(str_cat(file_, ": field '", child, "' is missing"));
+  return JsonField(*it, file_, child);
+}
+
+std::optional<JsonField> JsonField::find(const std::string& key) const {
+  if (!value_->is_object()) fail(str_cat("expected an object, got ", type_name()));
+  auto it = value_->find(key);
+  if (it == value_->end() || it->is_null()) return std::nullopt;
+  return JsonField(*it, file_, path_.empty() ? key : path_ + "." + key);
+}
+
+JsonField JsonField::at(size_t i) const {
+  if (!value_->is_array()) fail(str_cat("expected an array, got ", type_name()));
+  if (i >= value_->size()) fail(str_cat("index ", i, " is out of range (size ", value_->size(), ")"));
+  return JsonField((*value_)[i], file_, str_cat(path_, "[", i, "]"));
+}
+
+size_t JsonField::array_size() const {
+  if (!value_->is_array()) fail(str_cat("expected an array, got ", type_name()));
+  return value_->size();
+}
+
+std::string JsonField::str() const {
+  if (!value_->is_string()) fail(str_cat("expected a string, got ", type_name()));
+  return value_->get<std::string>();
+}
+
+bool JsonField::boolean() const {
+  if (!value_->is_boolean()) fail(str_cat("expected true or false, got ", type_name()));
+  return value_->get<bool>();
+}
+
+int64_t JsonField::integer() const {
+  if (value_->is_number_unsigned()) {
+    uint64_t v = value_->get<uint64_t>();
+    if (v > uint64_t(INT64_MAX)) fail(str_cat("integer ", v, " is too large"));
+    return int64_t(v);
+  }
+  if (!value_->is_number_integer()) fail(str_cat("expected an integer, got ", type_name()));
+  return value_->get<int64_t>();
+}
+
+std::string JsonField::str_or(const std::string& key, const std::string& fallback) const {
+  auto f = find(key);
+  return f ? f->str() : fallback;
+}
+
+bool JsonField::bool_or(const std::string& key, bool fallback) const {
+  auto f = find(key);
+  return f ? f->boolean() : fallback;
+}
+
+}  // namespace zaya
