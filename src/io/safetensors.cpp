@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <ostream>
 
 #include "core/error.h"
 #include "io/mapped_file.h"
@@ -25,9 +26,19 @@ bool json_to_u64(const nlohmann::json& v, uint64_t max, uint64_t* out) {
   return *out <= max;
 }
 
-// Parses one tensor entry {"dtype", "shape", "data_offsets"}; `where` prefixes error messages.
-TensorInfo parse_entry(const std::string& where, const std::string& name, const nlohmann::json& entry,
+// "safetensors file 'f': tensor 't'", formatted only when an error message needs it.
+struct EntryWhere {
+  const std::string& file_where;
+  const std::string& name;
+};
+std::ostream& operator<<(std::ostream& os, const EntryWhere& w) {
+  return os << w.file_where << ": tensor '" << w.name << "'";
+}
+
+// Parses one tensor entry {"dtype", "shape", "data_offsets"}; `file_where` prefixes error messages.
+TensorInfo parse_entry(const std::string& file_where, const std::string& name, const nlohmann::json& entry,
                        uint64_t data_size) {
+  const EntryWhere where{file_where, name};
   ZAYA_CHECK(entry.is_object(), where, ": entry is ", json_type_phrase(entry),
              ", expected an object with dtype, shape and data_offsets");
   for (const char* field : {"dtype", "shape", "data_offsets"}) {
@@ -126,7 +137,7 @@ SafetensorsFile SafetensorsFile::parse(const uint8_t* bytes, size_t size, const 
       }
       continue;
     }
-    out.tensors_.push_back(parse_entry(str_cat(where, ": tensor '", key, "'"), key, value, out.data_size_));
+    out.tensors_.push_back(parse_entry(where, key, value, out.data_size_));
   }
 
   // Data order; then no two non-empty tensors may share a byte (a hostile file could alias a tensor
