@@ -541,18 +541,44 @@ TEST_F(SafetensorsTest, ShardedRoundTripWithIndex) {
   EXPECT_EQ(by_file.size(), specs.size());
 }
 
-TEST_F(SafetensorsTest, FailingFillLeavesNoFiles) {
+TEST_F(SafetensorsTest, FailingFillLeavesDirectoryUnchanged) {
   std::vector<TensorSpec> specs = test_specs();
   std::string ckpt = path("failing");
-  auto fill = [&](const TensorSpec& s, void* dst) {
-    if (s.name == "model.layers.1.w") throw Error("fill failed on purpose");
-    fill_pattern(specs, s, dst);
+  auto good_fill = [&](const TensorSpec& s, void* dst) { fill_pattern(specs, s, dst); };
+  write_safetensors_sharded(ckpt, specs, good_fill, 1100);
+  std::set<std::string> before;
+  for (const auto& e : fs::directory_iterator(ckpt)) before.insert(e.path().filename().string());
+
+  // A new save (other shard count) whose fill fails in the last shard: the old checkpoint survives.
+  std::vector<TensorSpec> bigger = specs;
+  bigger.push_back({"model.extra", DType::F32, {300}});
+  auto failing_fill = [&](const TensorSpec& s, void* dst) {
+    if (s.name == "model.extra") throw Error("fill failed on purpose");
+    std::memset(dst, 0xee, s.nbytes());
   };
-  expect_error([&] { write_safetensors_sharded(ckpt, specs, fill, 1100); }, {"on purpose"});
-  for (const auto& e : fs::directory_iterator(ckpt))
-    EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << e.path();
-  EXPECT_FALSE(fs::exists(ckpt + "/model.safetensors.index.json"));
-  EXPECT_FALSE(fs::exists(ckpt + "/model-00003-of-00003.safetensors"));
+  expect_error([&] { write_safetensors_sharded(ckpt, bigger, failing_fill, 1100); }, {"on purpose"});
+  std::set<std::string> after;
+  for (const auto& e : fs::directory_iterator(ckpt)) after.insert(e.path().filename().string());
+  EXPECT_EQ(before, after);
+  CheckpointFiles c = CheckpointFiles::open(ckpt);
+  EXPECT_FALSE(c.has("model.extra"));
+  for (size_t k = 0; k < specs.size(); k++) EXPECT_TRUE(has_pattern(specs, k, c.tensor(specs[k].name)));
+}
+
+// Writing over the file the tensors are mapped from is safe: the old mapping stays valid.
+TEST_F(SafetensorsTest, RewriteInPlaceFromOwnMapping) {
+  std::mt19937 rng(3);
+  std::string p = path("inplace.safetensors");
+  Tensor a = random_tensor(DType::F32, {100}, rng), b = random_tensor(DType::BF16, {7}, rng);
+  write_safetensors(p, {{"a", a}, {"b", b}});
+  {
+    SafetensorsFile f = SafetensorsFile::open(p);
+    write_safetensors(p, {{"a", f.tensor("a")}, {"b", f.tensor("b")}, {"c", f.tensor("a")}});
+  }
+  SafetensorsFile g = SafetensorsFile::open(p);
+  EXPECT_TRUE(same_bytes(g.tensor("a"), a));
+  EXPECT_TRUE(same_bytes(g.tensor("b"), b));
+  EXPECT_TRUE(same_bytes(g.tensor("c"), a));
 }
 
 TEST_F(SafetensorsTest, WriterRejectsBadInput) {

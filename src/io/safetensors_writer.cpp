@@ -139,27 +139,47 @@ void fsync_dir(const std::string& dir) {
   ::close(fd);
 }
 
-// Owns the temporary output while it is written; removes it unless committed.
+// Owns a temporary output file while it is written; removes it unless kept.
 struct TempOutput {
   std::string tmp_path;
   int fd = -1;
   uint8_t* map = nullptr;
   size_t map_size = 0;
-  bool committed = false;
+  bool keep = false;
 
   ~TempOutput() {
     if (map != nullptr) ::munmap(map, map_size);
     if (fd >= 0) ::close(fd);
-    if (!committed) ::unlink(tmp_path.c_str());
+    if (!keep) ::unlink(tmp_path.c_str());
   }
 };
 
-// Writes one safetensors file at `path`: header, then each placed tensor filled in place through a
-// shared mapping of the output (large sequential writes by the kernel; no user-space copy of the
-// checkpoint), then fsync and an atomic rename.
+// Complete, fsynced temporary files waiting to be renamed to their final names. Renaming happens
+// only once every file of a checkpoint is written, so a failure part-way (a throwing fill, a full
+// disk) leaves the directory exactly as it was; the destructor removes the uncommitted files.
+struct PendingFiles {
+  std::vector<std::pair<std::string, std::string>> tmp_and_final;
+  bool committed = false;
+
+  ~PendingFiles() {
+    if (!committed)
+      for (const auto& f : tmp_and_final) ::unlink(f.first.c_str());
+  }
+  void commit() {
+    for (const auto& [tmp, final_path] : tmp_and_final) {
+      ZAYA_CHECK(::rename(tmp.c_str(), final_path.c_str()) == 0, "cannot rename '", tmp, "' to '", final_path,
+                 "': ", std::strerror(errno));
+    }
+    committed = true;
+  }
+};
+
+// Writes one safetensors file for final name `path` into a temporary file (added to `pending`):
+// header, then each placed tensor filled in place through a shared mapping of the output (large
+// sequential writes by the kernel; no user-space copy of the checkpoint), then fsync.
 void write_file(const std::string& path, const std::vector<TensorSpec>& specs,
                 const std::vector<PlacedTensor>& placed, const SafetensorsMetadata& metadata,
-                const std::function<void(size_t spec_index, void* dst)>& fill) {
+                const std::function<void(size_t spec_index, void* dst)>& fill, PendingFiles* pending) {
   const std::string where = str_cat("writing safetensors file '", path, "'");
   const std::string header = header_json(specs, placed, metadata, where);
   const uint64_t data_bytes = placed.empty() ? 0 : placed.back().end;
@@ -189,13 +209,12 @@ void write_file(const std::string& path, const std::vector<TensorSpec>& specs,
   ZAYA_CHECK(::fsync(out.fd) == 0, where, ": fsync failed: ", std::strerror(errno));
   ::close(out.fd);
   out.fd = -1;
-  ZAYA_CHECK(::rename(out.tmp_path.c_str(), path.c_str()) == 0, where, ": cannot rename '", out.tmp_path,
-             "': ", std::strerror(errno));
-  out.committed = true;
+  pending->tmp_and_final.push_back({out.tmp_path, path});
+  out.keep = true;
 }
 
-// Writes a small text file atomically (temp + fsync + rename).
-void write_text_file(const std::string& path, const std::string& text) {
+// Writes a small text file for final name `path` into a temporary file (added to `pending`).
+void write_text_file(const std::string& path, const std::string& text, PendingFiles* pending) {
   TempOutput out;
   out.tmp_path = temp_name(path);
   out.fd = ::open(out.tmp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -210,9 +229,8 @@ void write_text_file(const std::string& path, const std::string& text) {
   ZAYA_CHECK(::fsync(out.fd) == 0, "fsync of '", out.tmp_path, "' failed: ", std::strerror(errno));
   ::close(out.fd);
   out.fd = -1;
-  ZAYA_CHECK(::rename(out.tmp_path.c_str(), path.c_str()) == 0, "cannot rename '", out.tmp_path, "' to '",
-             path, "': ", std::strerror(errno));
-  out.committed = true;
+  pending->tmp_and_final.push_back({out.tmp_path, path});
+  out.keep = true;
 }
 
 bool is_shard_file_name(const std::string& f) {
@@ -274,9 +292,14 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
   }
   std::vector<size_t> all(specs.size());
   for (size_t i = 0; i < all.size(); i++) all[i] = i;
-  write_file(path, specs, place_tensors(specs, all), metadata, [&](size_t i, void* dst) {
-    if (specs[i].nbytes() > 0) std::memcpy(dst, tensors[i].second.data, specs[i].nbytes());
-  });
+  PendingFiles pending;
+  write_file(
+      path, specs, place_tensors(specs, all), metadata,
+      [&](size_t i, void* dst) {
+        if (specs[i].nbytes() > 0) std::memcpy(dst, tensors[i].second.data, specs[i].nbytes());
+      },
+      &pending);
+  pending.commit();
   std::string dir = fs::path(path).parent_path().string();
   fsync_dir(dir.empty() ? "." : dir);
 }
@@ -294,17 +317,18 @@ std::vector<std::string> write_safetensors_sharded(const std::string& dir,
   std::vector<std::vector<size_t>> shards = plan_safetensors_shards(specs, max_shard_bytes);
   auto call_fill = [&](size_t i, void* dst) { fill(specs[i], dst); };
   std::vector<std::string> written;
+  PendingFiles pending;
   if (shards.size() == 1) {
     written.push_back("model.safetensors");
     write_file((fs::path(dir) / written[0]).string(), specs, place_tensors(specs, shards[0]), metadata,
-               call_fill);
+               call_fill, &pending);
   } else {
     nlohmann::json weight_map = nlohmann::json::object();
     uint64_t total_size = 0;
     for (size_t s = 0; s < shards.size(); s++) {
       std::string file = shard_file_name(s, shards.size());
-      write_file((fs::path(dir) / file).string(), specs, place_tensors(specs, shards[s]), metadata,
-                 call_fill);
+      write_file((fs::path(dir) / file).string(), specs, place_tensors(specs, shards[s]), metadata, call_fill,
+                 &pending);
       for (size_t i : shards[s]) {
         weight_map[specs[i].name] = file;
         total_size += specs[i].nbytes();
@@ -314,8 +338,9 @@ std::vector<std::string> write_safetensors_sharded(const std::string& dir,
     nlohmann::json index = {{"metadata", {{"total_size", total_size}}}, {"weight_map", weight_map}};
     written.push_back("model.safetensors.index.json");
     // Same layout as transformers' json.dumps(index, indent=2, sort_keys=True) + "\n".
-    write_text_file((fs::path(dir) / written.back()).string(), index.dump(2, ' ', true) + "\n");
+    write_text_file((fs::path(dir) / written.back()).string(), index.dump(2, ' ', true) + "\n", &pending);
   }
+  pending.commit();  // shards first, the index last
   fsync_dir(dir);
   remove_stale_files(dir, std::set<std::string>(written.begin(), written.end()));
   return written;

@@ -3,8 +3,10 @@
 // dtype alignment then name (so every tensor is aligned to its element size); the header is padded
 // with spaces to a multiple of 8 bytes; tensors are packed back to back.
 //
-// Every file is written to "<final>.tmp.<pid>" in the destination directory, flushed with fsync, then
-// renamed over the final name (atomic: a reader sees the old file or the new one, never a torn one).
+// Every file is written to "<final>.tmp.<pid>" in the destination directory and flushed with fsync;
+// only when all files of a checkpoint are complete are they renamed over their final names (shards
+// first, the index last). A reader sees old or new files, never a torn one, and a failure part-way
+// (a throwing fill, a full disk) leaves the directory as it was.
 #pragma once
 
 #include <cstddef>
@@ -46,7 +48,7 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
 // `metadata` goes into every file's `__metadata__`. After success, files of the other layout from a
 // previous save (model.safetensors / the index / model-*-of-*.safetensors not written now) are
 // removed so the directory holds one consistent checkpoint. Returns the file names written (the
-// index last when there is one). If `fill` throws, temporary files are removed and it propagates.
+// index last when there is one). If `fill` throws, nothing in `dir` changes and the error propagates.
 std::vector<std::string> write_safetensors_sharded(const std::string& dir,
                                                    const std::vector<TensorSpec>& specs,
                                                    const TensorFill& fill, uint64_t max_shard_bytes,
