@@ -15,7 +15,12 @@ import statistics
 import sys
 import time
 
-import torch
+# OpenMP threads that spin while waiting stall every small op for a scheduler time slice when the machine is
+# shared (other builds running): a 2-thread elementwise add took 20 ms instead of 60 us here. Passive waiting
+# avoids that; set OMP_WAIT_POLICY yourself to override (must happen before torch starts its thread pool).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import zaya_ref  # noqa: E402
@@ -44,19 +49,26 @@ def main():
         model = zaya_ref.init_weights(zaya_ref.ZayaForCausalLM(cfg), seed=args.seed)
         # HF init has temp 0 (uniform attention); any value costs the same, keep the init as is
         model = model.to_dtype(DTYPES[name]).eval()
-        times = []
+        times, cpu_times = [], []
         with torch.no_grad():
             model(ids)  # warm-up
             for _ in range(args.repeats):
-                start = time.perf_counter()
+                start, cpu_start = time.perf_counter(), time.process_time()
                 model(ids)
                 times.append(time.perf_counter() - start)
+                cpu_times.append(time.process_time() - cpu_start)
         median = statistics.median(times)
+        # on a shared machine wall time includes waiting for the CPU; process CPU time / threads estimates the
+        # wall time of an otherwise idle machine
+        cpu_median = statistics.median(cpu_times)
         print(json.dumps({
             "bench": "torch_reference_forward", "config": os.path.basename(args.config), "dtype": name,
             "batch": args.batch, "seq": args.seq, "threads": args.threads, "repeats": args.repeats,
             "median_s": round(median, 4), "tokens_per_s": round(args.batch * args.seq / median, 1),
-            "torch": torch.__version__,
+            "cpu_s": round(cpu_median, 4),
+            "tokens_per_s_cpu_time": round(args.batch * args.seq * args.threads / cpu_median, 1),
+            "torch": torch.__version__, "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+            "loadavg_1m": round(os.getloadavg()[0], 2),
         }), flush=True)
 
 
