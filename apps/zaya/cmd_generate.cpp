@@ -1,6 +1,7 @@
 // zaya generate: cached generation. With --input (token ids) it prints {"new_tokens": [[...], ...]} (the
 // parity contract against the golden generation); with --prompt and a tokenizer it streams text.
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -45,7 +46,11 @@ int cmd_generate(int argc, char** argv) {
   zaya::LoadOptions lo;
   lo.compute = dtype == "bf16" ? zaya::DType::BF16 : zaya::DType::F32;
   lo.legacy_semantics = legacy;
+  auto t_load = std::chrono::steady_clock::now();
   zaya::ZayaModel model = zaya::ZayaModel::load(model_dir, lo);
+  std::fprintf(stderr, "load: %.3f s (%.3f B parameters, %s GEMMs)\n",
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count(),
+               model.cfg.num_params() / 1e9, dtype.c_str());
 
   std::vector<int32_t> ids;
   int64_t B = 1, S = 0;

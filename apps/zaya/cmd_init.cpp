@@ -41,6 +41,7 @@ int cmd_init(int argc, char** argv) {
   std::filesystem::create_directories(out_dir);
   auto t0 = std::chrono::steady_clock::now();
   uint64_t total = 0, done = 0;
+  double last_print = -1;
   for (const auto& s : specs) total += s.nbytes();
   std::fprintf(stderr, "init: %ld tensors, %.3f B parameters, %.2f GB in %s -> %s\n", long(specs.size()),
                cfg.num_params() / 1e9, total / 1e9, dtype.c_str(), out_dir.c_str());
@@ -48,9 +49,11 @@ int cmd_init(int argc, char** argv) {
     zaya::init_tensor(dst, s.name, s.shape, s.dtype, cfg, seed);
     done += s.nbytes();
     double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (total > (1ull << 30))
+    if (total > (1ull << 30) && el - last_print >= 1.0) {  // at most one progress line per second
+      last_print = el;
       std::fprintf(stderr, "\rinit: %5.1f%%  %.2f / %.2f GB  %.0f MB/s ", 100.0 * done / total, done / 1e9,
                    total / 1e9, done / 1e6 / std::max(el, 1e-9));
+    }
   };
   auto files =
       zaya::write_safetensors_sharded(out_dir, specs, fill, uint64_t(max_shard_gb * 1e9), {{"format", "pt"}});
