@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "io/strict_json.h"
 
 namespace zaya {
 
@@ -37,12 +38,7 @@ void read_matrix(const json& j, const std::string& src, const std::string& field
 }  // namespace
 
 ModelInputs parse_model_inputs(const std::string& text, const std::string& src) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    fail(str_cat(src, ": not valid JSON: ", e.what()));
-  }
+  json j = parse_json_strict(text.data(), text.size(), src);
   ZAYA_CHECK(j.is_object(), src, ": expected a JSON object with 'input_ids'");
   ModelInputs in;
   if (j.contains("input_ids")) read_matrix(j["input_ids"], src, "input_ids", &in.input_ids, &in.B, &in.S);

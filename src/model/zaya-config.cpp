@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "io/strict_json.h"
 
 namespace zaya {
 
@@ -226,12 +227,7 @@ void parse_legacy(const Reader& r, ZayaConfig& c) {
 }  // namespace
 
 ZayaConfig parse_config(const std::string& text, const std::string& src) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    fail(str_cat(src, ": not valid JSON: ", e.what()));
-  }
+  json j = parse_json_strict(text.data(), text.size(), src);
   ZAYA_CHECK(j.is_object(), src, ": expected a JSON object");
   Reader r{j, src};
   ZayaConfig c;
