@@ -439,6 +439,13 @@ TEST(GemmaTokenizer, StreamDecoderMatchesDecode) {
   for (const auto& p : pieces) all += p;
   EXPECT_EQ(all + stream.flush(), "x🫠");
   for (const auto& p : pieces) EXPECT_TRUE(zaya::utf8_is_valid(p));
+  // A long run of lead bytes (each one breaks the previous) stays exact and cheap.
+  std::vector<int32_t> leads(20000, 238 + 0xF0);
+  leads.push_back(9259);
+  StreamDecoder lead_stream(tok);
+  std::string lead_text;
+  for (int32_t id : leads) lead_text += lead_stream.push(id);
+  EXPECT_EQ(lead_text + lead_stream.flush(), tok.decode(leads));
   // A bad id throws and leaves the stream usable.
   StreamDecoder s2(tok);
   EXPECT_EQ(s2.push(9259), "Hello");
@@ -563,7 +570,9 @@ TEST(ByteLevelTokenizer, MatchesReference) {
     EXPECT_TRUE(same_ids(js_encode(text, true, path.string()), tok.encode(text)));
     std::vector<int32_t> ids = tok.encode(text, false);
     EXPECT_TRUE(same_ids(js_encode(text, false, path.string()), ids));
-    if (!prefix) EXPECT_TRUE(tok.decode(ids) == text);  // with the prefix, each section gains a space
+    if (!prefix) {  // with the prefix, each section gains a space
+      EXPECT_TRUE(tok.decode(ids) == text);
+    }
     EXPECT_EQ(tok.bos_id(), tok.token_to_id("<|endoftext|>"));
     EXPECT_TRUE(tok.encode("hi")[0] == tok.bos_id());
     std::string streamed;
@@ -676,6 +685,43 @@ TEST(TokenizerPieces, MetaspaceAndStripDecoder) {
   std::string streamed = s2.push(ids[0]);
   streamed += s2.push(ids[1]);
   EXPECT_EQ(streamed + s2.flush(), "Hi there");
+}
+
+TEST(TokenizerPieces, StreamSkipsSpecialTokensInsideText) {
+  std::vector<std::string> vocab = {"▁",  "H",   "i",  "t",   "h",    "e",     "r",
+                                    "▁H", "▁Hi", "▁t", "▁th", "▁the", "▁ther", "▁there"};
+  json merges = json::array(
+      {{"▁", "H"}, {"▁H", "i"}, {"▁", "t"}, {"▁t", "h"}, {"▁th", "e"}, {"▁the", "r"}, {"▁ther", "e"}});
+  json added = json::array({{{"id", 14}, {"content", "<eot>"}, {"special", true}}});
+  json metaspace = {
+      {"type", "Metaspace"}, {"replacement", "▁"}, {"prepend_scheme", "always"}, {"split", true}};
+  for (json decoder : {metaspace, json(nullptr)}) {  // null: tokens joined by spaces
+    Tokenizer tok = Tokenizer::from_json(
+        tiny_json(vocab, merges,
+                  {{"pre_tokenizer", metaspace}, {"decoder", decoder}, {"added_tokens", added}}),
+        "m.json");
+    std::vector<int32_t> ids = {14, 8, 14, 14, 13, 14};  // <eot> ▁Hi <eot> <eot> ▁there <eot>
+    for (bool skip : {true, false}) {
+      StreamDecoder stream(tok, skip);
+      std::string streamed;
+      for (int32_t id : ids) streamed += stream.push(id);
+      EXPECT_EQ(streamed + stream.flush(), tok.decode(ids, skip)) << decoder.dump() << " skip " << skip;
+    }
+  }
+}
+
+// Each thread caches word encodings of the last tokenizer it used: switching tokenizers must not mix them.
+TEST(TokenizerPieces, WordCacheIsPerTokenizer) {
+  Tokenizer ab = Tokenizer::from_json(tiny_json({"a", "b", "ab"}, json::array({{"a", "b"}})), "ab.json");
+  Tokenizer plain = Tokenizer::from_json(tiny_json({"a", "b", "ab"}, json::array()), "plain.json");
+  for (int round = 0; round < 3; round++) {
+    EXPECT_EQ(ab.encode("abab"), (std::vector<int32_t>{2, 2}));
+    EXPECT_EQ(plain.encode("abab"), (std::vector<int32_t>{0, 1, 0, 1}));
+  }
+  std::vector<int32_t> from_thread;
+  std::thread t([&] { from_thread = ab.encode("abab"); });
+  t.join();
+  EXPECT_EQ(from_thread, (std::vector<int32_t>{2, 2}));
 }
 
 TEST(TokenizerPieces, UnknownsByteFallbackAndFuse) {

@@ -34,10 +34,11 @@ bool later(const BpeScratch::Candidate& a, const BpeScratch::Candidate& b) {
 
 }  // namespace
 
-BpeModel::BpeModel(const JsonField& model, const TokenIdMap& token_ids) : token_ids_(&token_ids) {
+BpeModel::BpeModel(const JsonField& model, const TokenTable& tokens) : tokens_(&tokens) {
   if (auto dropout = model.find("dropout")) {
-    if (!dropout->raw().is_number())
+    if (!dropout->raw().is_number()) {
       dropout->fail(str_cat("expected a number or null, got ", dropout->type_name()));
+    }
     if (dropout->raw().get<double>() != 0.0) dropout->fail("BPE dropout is not supported (expected null)");
   }
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
@@ -49,69 +50,83 @@ BpeModel::BpeModel(const JsonField& model, const TokenIdMap& token_ids) : token_
   fuse_unk_ = model.bool_or("fuse_unk", false);
   ignore_merges_ = model.bool_or("ignore_merges", false);
   if (auto unk = model.find("unk_token")) {
-    auto it = token_ids.find(unk->str());
-    if (it == token_ids.end()) unk->fail(str_cat("unk_token \"", unk->str(), "\" is not in model.vocab"));
-    unk_id_ = it->second;
+    unk_id_ = tokens.find(unk->str());
+    if (unk_id_ < 0) unk->fail(str_cat("unk_token \"", unk->str(), "\" is not in model.vocab"));
   }
 
   // One-character tokens are the initial symbols of BPE.
   ascii_ids_.fill(-1);
-  for (const auto& [token, id] : token_ids) {
-    if (token.empty()) continue;
+  for (int32_t id = 0; id < int32_t(tokens.size()); id++) {
+    if (!tokens.has_id(id) || tokens.token(id).empty()) continue;
+    const std::string& token = tokens.token(id);
     uint32_t cp;
     if (size_t(utf8_decode(token, 0, &cp)) != token.size()) continue;
-    if (cp < 128)
+    if (cp < 128) {
       ascii_ids_[cp] = id;
-    else
+    } else {
       char_ids_.insert_or_assign(cp, uint64_t(uint32_t(id)));
+    }
   }
   byte_ids_.fill(-1);
   for (int b = 0; b < 256; b++) {
     char name[8];
     std::snprintf(name, sizeof(name), "<0x%02X>", b);
-    auto it = token_ids.find(std::string_view(name));
-    if (it != token_ids.end()) byte_ids_[size_t(b)] = it->second;
+    byte_ids_[size_t(b)] = tokens.find(name);
   }
 
   JsonField merges = model.at("merges");
   size_t n_merges = merges.array_size();
   if (n_merges >= (size_t(1) << 32)) merges.fail("too many merges");
-  auto lookup = [&](const JsonField& where, const std::string& token) {
-    auto it = token_ids.find(token);
-    if (it == token_ids.end())
-      where.fail(str_cat("merge refers to \"", token, "\", which is not in model.vocab"));
-    return it->second;
+  auto lookup = [&](const JsonField& where, std::string_view token) {
+    int32_t id = tokens.find(token);
+    if (id < 0) where.fail(str_cat("merge refers to \"", token, "\", which is not in model.vocab"));
+    return id;
   };
+  std::string joined;  // left + right, reused across merges
+  merges_.reserve(n_merges);
   for (size_t i = 0; i < n_merges; i++) {
-    JsonField merge = merges.at(i);
-    std::string left, right;
-    if (merge.raw().is_string()) {  // the old format: "left right"
-      std::string text = merge.str();
-      size_t space = text.find(' ');
-      if (space == std::string::npos || text.find(' ', space + 1) != std::string::npos) {
-        merge.fail(str_cat("expected \"left right\" (one space), got \"", text, "\""));
+    const nlohmann::json& entry = merges.raw()[i];
+    std::string_view left, right;
+    if (entry.is_array() && entry.size() == 2 && entry[0].is_string() && entry[1].is_string()) {
+      // The current format: ["left", "right"] (the fast path: no copies, no field paths).
+      left = entry[0].get_ref<const std::string&>();
+      right = entry[1].get_ref<const std::string&>();
+    } else if (entry.is_string()) {  // the old format: "left right"
+      left = entry.get_ref<const std::string&>();
+      size_t space = left.find(' ');
+      if (space == std::string::npos || left.find(' ', space + 1) != std::string::npos) {
+        merges.at(i).fail(str_cat("expected \"left right\" (one space), got \"", left, "\""));
       }
-      left = text.substr(0, space);
-      right = text.substr(space + 1);
-    } else if (merge.raw().is_array()) {  // the current format: ["left", "right"]
-      if (merge.array_size() != 2)
-        merge.fail(str_cat("expected [left, right], got ", merge.array_size(), " elements"));
-      left = merge.at(0).str();
-      right = merge.at(1).str();
+      right = left.substr(space + 1);
+      left = left.substr(0, space);
     } else {
-      merge.fail(str_cat("expected [\"left\", \"right\"] or \"left right\", got ", merge.type_name()));
+      JsonField merge = merges.at(i);
+      if (!entry.is_array()) {
+        merge.fail(str_cat("expected [\"left\", \"right\"] or \"left right\", got ", merge.type_name()));
+      }
+      if (entry.size() != 2) merge.fail(str_cat("expected [left, right], got ", entry.size(), " elements"));
+      merge.at(0).str();  // throws naming the element that is not a string
+      merge.at(1).str();
     }
-    if (left.empty() || right.empty()) merge.fail("merge sides must not be empty");
-    int32_t left_id = lookup(merge, left), right_id = lookup(merge, right);
-    int32_t merged_id = lookup(merge, left + right);
+    if (left.empty() || right.empty()) merges.at(i).fail("merge sides must not be empty");
+    int32_t left_id = tokens.find(left), right_id = tokens.find(right);
+    joined.assign(left).append(right);
+    int32_t merged_id = tokens.find(joined);
+    if (left_id < 0 || right_id < 0 || merged_id < 0) {
+      JsonField merge = merges.at(i);
+      lookup(merge, left);
+      lookup(merge, right);
+      lookup(merge, joined);
+    }
     // A repeated pair keeps its last rank, as in the reference implementations.
     merges_.insert_or_assign(pair_key(left_id, right_id), (uint64_t(i) << 32) | uint32_t(merged_id));
     uint32_t a = last_code_point(left), b;
     utf8_decode(right, 0, &b);
-    if (a < 128 && b < 128)
+    if (a < 128 && b < 128) {
       ascii_joinable_[(a * 128 + b) / 64] |= uint64_t(1) << ((a * 128 + b) % 64);
-    else
+    } else {
       joinable_pairs_.insert_or_assign(cp_pair_key(a, b), 1);
+    }
   }
 }
 
@@ -129,9 +144,9 @@ bool BpeModel::joinable(uint32_t a, uint32_t b) const {
 void BpeModel::encode(std::string_view piece, std::vector<int32_t>& out, BpeScratch& scratch) const {
   if (piece.empty()) return;
   if (ignore_merges_) {  // a piece that is a token is taken whole
-    auto it = token_ids_->find(piece);
-    if (it != token_ids_->end()) {
-      out.push_back(it->second);
+    int32_t id = tokens_->find(piece);
+    if (id >= 0) {
+      out.push_back(id);
       return;
     }
   }

@@ -7,30 +7,23 @@
 // into chunks at every boundary that no merge can ever join: a boundary between code points a and b is
 // joinable only if some merge (left, right) has left ending in a and right starting with b. Merges never
 // cross a non-joinable boundary, so chunks encode independently and give identical results; chunks are
-// then cached per encode() call.
+// then cached (per thread).
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "tokenizer/flat_map.h"
 #include "tokenizer/json_field.h"
+#include "tokenizer/token_table.h"
 #include "tokenizer/word_cache.h"
 
 namespace zaya {
 
-// Token -> id table with lookups by string_view (no temporary std::string).
-struct StringViewHash {
-  using is_transparent = void;
-  size_t operator()(std::string_view s) const { return std::hash<std::string_view>()(s); }
-};
-using TokenIdMap = std::unordered_map<std::string, int32_t, StringViewHash, std::equal_to<>>;
-
-// Per-call working memory of BpeModel::encode (one per encode() call, so calls are thread-safe).
+// Working memory of BpeModel::encode, including the word cache (one per thread: see Tokenizer::encode).
 struct BpeScratch {
   struct Symbol {
     int32_t id;           // token id, or -1 for a code point outside the vocabulary
@@ -49,9 +42,9 @@ struct BpeScratch {
 
 class BpeModel {
  public:
-  // Reads the "model" object. token_ids is the tokenizer's full token -> id table (vocab plus added
-  // tokens, as the reference uses it); it must outlive the model.
-  BpeModel(const JsonField& model, const TokenIdMap& token_ids);
+  // Reads the "model" object. tokens is the tokenizer's full token table (vocab plus added tokens, as
+  // the reference uses it); it must outlive the model.
+  BpeModel(const JsonField& model, const TokenTable& tokens);
 
   // Appends the ids of one pre-tokenized piece (valid UTF-8) to out.
   void encode(std::string_view piece, std::vector<int32_t>& out, BpeScratch& scratch) const;
@@ -66,7 +59,7 @@ class BpeModel {
   void merge_chunk(std::string_view chunk, std::vector<int32_t>& out, BpeScratch& scratch) const;
   void push_unknown(std::string_view bytes, std::vector<int32_t>& out) const;
 
-  const TokenIdMap* token_ids_;
+  const TokenTable* tokens_;
   FlatMap64 merges_;          // (left id << 32 | right id) -> (rank << 32 | merged id)
   FlatMap64 joinable_pairs_;  // (left cp << 21 | right cp) for non-ASCII pairs -> 1
   std::array<uint64_t, 128 * 128 / 64> ascii_joinable_{};  // bit (a * 128 + b) for ASCII pairs

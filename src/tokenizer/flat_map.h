@@ -15,10 +15,17 @@ class FlatMap64 {
  public:
   static constexpr uint64_t kEmptyKey = ~uint64_t(0);  // never a real key (callers' keys are smaller)
 
+  // Makes room for n keys without rehashing.
+  void reserve(size_t n) {
+    size_t cap = 16;
+    while (cap < 2 * n) cap *= 2;
+    if (cap > slots_.size()) rehash(cap);
+  }
+
   // Inserts or overwrites key -> value.
   void insert_or_assign(uint64_t key, uint64_t value) {
     ZAYA_ASSERT(key != kEmptyKey, "the all-ones key marks empty slots");
-    if ((size_ + 1) * 2 > slots_.size()) grow();
+    if ((size_ + 1) * 2 > slots_.size()) rehash(slots_.empty() ? 16 : slots_.size() * 2);
     size_t mask = slots_.size() - 1;
     for (size_t i = hash(key) & mask;; i = (i + 1) & mask) {
       if (slots_[i].key == key) {
@@ -60,9 +67,9 @@ class FlatMap64 {
     return x;
   }
 
-  void grow() {
+  void rehash(size_t capacity) {
     std::vector<Slot> old = std::move(slots_);
-    slots_.assign(old.empty() ? 16 : old.size() * 2, Slot{kEmptyKey, 0});
+    slots_.assign(capacity, Slot{kEmptyKey, 0});
     size_ = 0;
     for (const Slot& s : old) {
       if (s.key != kEmptyKey) insert_or_assign(s.key, s.value);

@@ -5,28 +5,28 @@
 namespace zaya {
 
 void JsonField::fail(const std::string& what) const {
-  zaya::fail(str_cat(file_, ": field '", path_.empty() ? "(root)" : path_, "': ", what));
+  zaya::fail(str_cat(*file_, ": field '", path_.empty() ? "(root)" : path_, "': ", what));
 }
 
 JsonField JsonField::at(const std::string& key) const {
   if (!value_->is_object()) fail(str_cat("expected an object, got ", type_name()));
   auto it = value_->find(key);
   std::string child = path_.empty() ? key : path_ + "." + key;
-  if (it == value_->end()) zaya::fail(str_cat(file_, ": field '", child, "' is missing"));
-  return JsonField(*it, file_, child);
+  if (it == value_->end()) zaya::fail(str_cat(*file_, ": field '", child, "' is missing"));
+  return JsonField(*it, *file_, child);
 }
 
 std::optional<JsonField> JsonField::find(const std::string& key) const {
   if (!value_->is_object()) fail(str_cat("expected an object, got ", type_name()));
   auto it = value_->find(key);
   if (it == value_->end() || it->is_null()) return std::nullopt;
-  return JsonField(*it, file_, path_.empty() ? key : path_ + "." + key);
+  return JsonField(*it, *file_, path_.empty() ? key : path_ + "." + key);
 }
 
 JsonField JsonField::at(size_t i) const {
   if (!value_->is_array()) fail(str_cat("expected an array, got ", type_name()));
   if (i >= value_->size()) fail(str_cat("index ", i, " is out of range (size ", value_->size(), ")"));
-  return JsonField((*value_)[i], file_, str_cat(path_, "[", i, "]"));
+  return JsonField((*value_)[i], *file_, path_ + "[" + std::to_string(i) + "]");
 }
 
 size_t JsonField::array_size() const {

@@ -11,12 +11,13 @@ namespace zaya {
 
 class JsonField {
  public:
-  // file: the name used in error messages; path: the dotted path of this value ("" for the root).
-  JsonField(const nlohmann::json& value, std::string file, std::string path)
-      : value_(&value), file_(std::move(file)), path_(std::move(path)) {}
+  // file: the name used in error messages (must outlive this field and the fields made from it);
+  // path: the dotted path of this value ("" for the root).
+  JsonField(const nlohmann::json& value, const std::string& file, std::string path)
+      : value_(&value), file_(&file), path_(std::move(path)) {}
 
   const nlohmann::json& raw() const { return *value_; }
-  const std::string& file() const { return file_; }
+  const std::string& file() const { return *file_; }
   const std::string& path() const { return path_; }
   bool is_null() const { return value_->is_null(); }
 
@@ -44,7 +45,8 @@ class JsonField {
 
  private:
   const nlohmann::json* value_;
-  std::string file_, path_;
+  const std::string* file_;
+  std::string path_;
 };
 
 }  // namespace zaya

@@ -1,6 +1,8 @@
 // Tokenizer::encode / decode and the small accessors (loading is in tokenizer_load.cpp).
 #include "tokenizer/tokenizer.h"
 
+#include <memory>
+
 #include "core/error.h"
 #include "tokenizer/tokenizer_impl.h"
 #include "tokenizer/utf8.h"
@@ -89,7 +91,16 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_t
 
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3 + 4);
-  BpeScratch scratch;
+  // Each thread keeps the scratch (with its word cache) of the last tokenizer it used, so a stream of
+  // short encode() calls still hits the cache. It is keyed by the tokenizer's serial number, never by
+  // its address, so a tokenizer loaded later at the same address cannot see stale entries.
+  thread_local uint64_t scratch_serial = 0;
+  thread_local std::unique_ptr<BpeScratch> scratch_ptr;
+  if (scratch_serial != m.serial || !scratch_ptr) {
+    scratch_ptr = std::make_unique<BpeScratch>();
+    scratch_serial = m.serial;
+  }
+  BpeScratch& scratch = *scratch_ptr;
   std::vector<std::string> pieces;
   for (const Section& s : sections) {
     if (s.added_id >= 0)
@@ -109,7 +120,7 @@ std::string Tokenizer::decode_bytes(const std::vector<int32_t>& ids, bool skip_s
     ZAYA_CHECK(id >= 0 && size_t(id) < m.tokens.size(), "decode: token id ", id, " is out of range [0, ",
                m.tokens.size(), ") of tokenizer '", m.name, "'");
     if (skip_special_tokens && m.special[size_t(id)]) continue;
-    tokens.push_back({m.tokens[size_t(id)], m.added[size_t(id)] != 0});
+    tokens.push_back({m.tokens.token(id), m.added[size_t(id)] != 0});
   }
   std::string text;
   if (m.decoder) {
@@ -127,14 +138,13 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special
 }
 
 int32_t Tokenizer::token_to_id(std::string_view token) const {
-  auto it = impl_->token_ids.find(token);
-  return it == impl_->token_ids.end() ? -1 : it->second;
+  return impl_->tokens.find(token);
 }
 
 std::string Tokenizer::id_to_token(int32_t id) const {
   ZAYA_CHECK(id >= 0 && size_t(id) < impl_->tokens.size(), "token id ", id, " is out of range [0, ",
              impl_->tokens.size(), ") of tokenizer '", impl_->name, "'");
-  return impl_->tokens[size_t(id)];
+  return impl_->tokens.token(id);
 }
 
 int32_t Tokenizer::vocab_size() const {

@@ -72,6 +72,7 @@ class StreamDecoder {
   const Tokenizer* tokenizer_;
   bool skip_special_tokens_;
   std::vector<int32_t> window_;  // the previous token (context) + tokens whose text is not all returned
+                                 // (at most a few: trimmed while a character stays incomplete)
   size_t returned_ = 0;          // bytes of decode_bytes(window_) already returned or owned by the context
 };
 

@@ -6,7 +6,7 @@
 
 namespace zaya {
 namespace {
-// Bounds: 16 MB of keys (and at most 4x that of ids); a text that needs more runs BPE on the rest.
+// Bounds: 16 MB of keys (and at most 4x that of ids); when full the cache starts over.
 constexpr size_t kMaxEntries = size_t(1) << 20;
 constexpr size_t kMaxKeyBytes = size_t(16) << 20;
 }  // namespace
@@ -32,7 +32,7 @@ bool WordCache::find(std::string_view key, uint64_t hash, const int32_t** ids, s
 }
 
 void WordCache::insert(std::string_view key, uint64_t hash, const int32_t* ids, size_t count) {
-  if (entries_.size() >= kMaxEntries || keys_.size() + key.size() > kMaxKeyBytes) return;
+  if (entries_.size() >= kMaxEntries || keys_.size() + key.size() > kMaxKeyBytes) clear();
   if ((entries_.size() + 1) * 2 > slots_.size()) rehash(slots_.empty() ? 1024 : slots_.size() * 2);
   entries_.push_back(
       {hash, uint32_t(keys_.size()), uint32_t(key.size()), uint32_t(ids_.size()), uint32_t(count)});
@@ -42,6 +42,13 @@ void WordCache::insert(std::string_view key, uint64_t hash, const int32_t* ids, 
   size_t i = hash & mask;
   while (slots_[i] != 0) i = (i + 1) & mask;
   slots_[i] = uint32_t(entries_.size());
+}
+
+void WordCache::clear() {
+  slots_.clear();
+  entries_.clear();
+  keys_.clear();
+  ids_.clear();
 }
 
 void WordCache::rehash(size_t slot_count) {

@@ -1,6 +1,5 @@
-// A cache of BPE results keyed by the exact bytes of a chunk, for one encode() call: running text
-// repeats the same words over and over, so most chunks skip BPE entirely. Bounded in size; once full it
-// simply stops remembering new chunks.
+// A cache of BPE results keyed by the exact bytes of a chunk: running text repeats the same words over and
+// over, so most chunks skip BPE entirely. Bounded in size; once full it starts over empty.
 #pragma once
 
 #include <cstdint>
@@ -14,8 +13,9 @@ class WordCache {
  public:
   // Ids cached for key (hash = XXH3 of key), or false.
   bool find(std::string_view key, uint64_t hash, const int32_t** ids, size_t* count) const;
-  // Remembers key -> ids (unless the cache is full).
+  // Remembers key -> ids.
   void insert(std::string_view key, uint64_t hash, const int32_t* ids, size_t count);
+  void clear();
 
   static uint64_t hash(std::string_view key);
 
