@@ -2,7 +2,7 @@
 // and writes the ids as little-endian int32. The file is read as UTF-8 the WHATWG way (invalid bytes become
 // U+FFFD), exactly what the C++ encoder does with invalid input.
 // Usage: node encode_js.mjs IN.txt OUT.ids [--no-special] [--tokenizer other/tokenizer.json]
-// (prints its own speed on stderr). With --tokenizer, that file is loaded by the same reference
+// (prints its own speed on stderr, per wall-clock and per CPU second). With --tokenizer, that file is loaded by the same reference
 // runtime (@lenml/tokenizers) instead of the packaged Gemma 3 one.
 import fs from "node:fs";
 import path from "node:path";
@@ -37,9 +37,14 @@ const tokenizer = tokenizerPath
 const text = fs.readFileSync(inPath, "utf8");
 const bytes = Buffer.byteLength(text);
 const t0 = process.hrtime.bigint();
+const cpu0 = process.cpuUsage();
 const ids = tokenizer.encode(text, { add_special_tokens: !noSpecial });
-const seconds = Number(process.hrtime.bigint() - t0) / 1e9;
+const cpu = process.cpuUsage(cpu0);
+const wall = Number(process.hrtime.bigint() - t0) / 1e9;
+const cpuSeconds = (cpu.user + cpu.system) / 1e6;
 fs.writeFileSync(outPath, Buffer.from(Int32Array.from(ids).buffer));
+const mb = bytes / 1e6;
 console.error(
-  `encode_js: ${(bytes / 1e6).toFixed(2)} MB -> ${ids.length} ids in ${seconds.toFixed(2)} s = ${(bytes / 1e6 / seconds).toFixed(2)} MB/s`
+  `encode_js: ${mb.toFixed(2)} MB -> ${ids.length} ids; wall ${wall.toFixed(2)} s = ${(mb / wall).toFixed(3)} MB/s; ` +
+    `cpu ${cpuSeconds.toFixed(2)} s = ${(mb / cpuSeconds).toFixed(3)} MB/s`
 );
