@@ -958,6 +958,28 @@ TEST(TokenizerLoad, MalformedFilesNameFileAndField) {
   }
 }
 
+// vocab and merges are streamed past the JSON tree; unusual files (repeated keys, the old merge format)
+// take the plain-document path. Both must read the same tokenizer.
+TEST(TokenizerLoad, StreamedAndDocumentReadsAgree) {
+  const std::string vocab = R"({"a": 0, "b": 1, "c": 2, "ab": 3, "bc": 4, "abc": 5})";
+  const std::vector<std::string> variants = {
+      R"({"model": {"type": "BPE", "vocab": )" + vocab +
+          R"(, "merges": [["b", "c"], ["a", "bc"], ["a", "b"]]}})",
+      R"({"model": {"merges": ["b c", "a bc", "a b"], "vocab": )" + vocab + R"(, "type": "BPE"}})",
+      // Repeated keys: the last one wins, as in any JSON reader here.
+      R"({"model": {"type": "BPE", "vocab": {"x": 0}, "vocab": )" + vocab +
+          R"(, "merges": [], "merges": [["b", "c"], ["a", "bc"], ["a", "b"]]}})",
+      R"({"model": 1, "model": {"type": "BPE", "vocab": )" + vocab +
+          R"(, "merges": [["b", "c"], ["a", "bc"], ["a", "b"]]}})",
+  };
+  for (const std::string& text : variants) {
+    SCOPED_TRACE(text);
+    Tokenizer tok = Tokenizer::from_json(text, "variant.json");
+    EXPECT_EQ(tok.vocab_size(), 6);
+    EXPECT_EQ(tok.encode("abcab"), (std::vector<int32_t>{5, 3}));
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------
 // The `zaya tokenize` command.
 

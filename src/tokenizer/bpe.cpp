@@ -34,7 +34,9 @@ bool later(const BpeScratch::Candidate& a, const BpeScratch::Candidate& b) {
 
 }  // namespace
 
-BpeModel::BpeModel(const JsonField& model, const TokenTable& tokens) : tokens_(&tokens) {
+BpeModel::BpeModel(const JsonField& model, const std::vector<std::pair<std::string, std::string>>& merges,
+                   const TokenTable& tokens)
+    : tokens_(&tokens) {
   if (auto dropout = model.find("dropout")) {
     if (!dropout->raw().is_number()) {
       dropout->fail(str_cat("expected a number or null, got ", dropout->type_name()));
@@ -74,49 +76,21 @@ BpeModel::BpeModel(const JsonField& model, const TokenTable& tokens) : tokens_(&
     byte_ids_[size_t(b)] = tokens.find(name);
   }
 
-  JsonField merges = model.at("merges");
-  size_t n_merges = merges.array_size();
-  if (n_merges >= (size_t(1) << 32)) merges.fail("too many merges");
-  auto lookup = [&](const JsonField& where, std::string_view token) {
-    int32_t id = tokens.find(token);
-    if (id < 0) where.fail(str_cat("merge refers to \"", token, "\", which is not in model.vocab"));
-    return id;
-  };
-  std::string joined;  // left + right, reused across merges
+  size_t n_merges = merges.size();
+  if (n_merges >= (size_t(1) << 31)) fail_field(model.file(), "model.merges", "too many merges");
   merges_.reserve(n_merges);
+  std::string joined;  // left + right, reused across merges
   for (size_t i = 0; i < n_merges; i++) {
-    const nlohmann::json& entry = merges.raw()[i];
-    std::string_view left, right;
-    if (entry.is_array() && entry.size() == 2 && entry[0].is_string() && entry[1].is_string()) {
-      // The current format: ["left", "right"] (the fast path: no copies, no field paths).
-      left = entry[0].get_ref<const std::string&>();
-      right = entry[1].get_ref<const std::string&>();
-    } else if (entry.is_string()) {  // the old format: "left right"
-      left = entry.get_ref<const std::string&>();
-      size_t space = left.find(' ');
-      if (space == std::string::npos || left.find(' ', space + 1) != std::string::npos) {
-        merges.at(i).fail(str_cat("expected \"left right\" (one space), got \"", left, "\""));
-      }
-      right = left.substr(space + 1);
-      left = left.substr(0, space);
-    } else {
-      JsonField merge = merges.at(i);
-      if (!entry.is_array()) {
-        merge.fail(str_cat("expected [\"left\", \"right\"] or \"left right\", got ", merge.type_name()));
-      }
-      if (entry.size() != 2) merge.fail(str_cat("expected [left, right], got ", entry.size(), " elements"));
-      merge.at(0).str();  // throws naming the element that is not a string
-      merge.at(1).str();
-    }
-    if (left.empty() || right.empty()) merges.at(i).fail("merge sides must not be empty");
-    int32_t left_id = tokens.find(left), right_id = tokens.find(right);
+    const std::string& left = merges[i].first;
+    const std::string& right = merges[i].second;
+    auto where = [&] { return "model.merges[" + std::to_string(i) + "]"; };
+    if (left.empty() || right.empty()) fail_field(model.file(), where(), "merge sides must not be empty");
     joined.assign(left).append(right);
-    int32_t merged_id = tokens.find(joined);
+    int32_t left_id = tokens.find(left), right_id = tokens.find(right), merged_id = tokens.find(joined);
     if (left_id < 0 || right_id < 0 || merged_id < 0) {
-      JsonField merge = merges.at(i);
-      lookup(merge, left);
-      lookup(merge, right);
-      lookup(merge, joined);
+      const std::string& missing = left_id < 0 ? left : right_id < 0 ? right : joined;
+      fail_field(model.file(), where(),
+                 str_cat("merge refers to \"", missing, "\", which is not in model.vocab"));
     }
     // A repeated pair keeps its last rank, as in the reference implementations.
     merges_.insert_or_assign(pair_key(left_id, right_id), (uint64_t(i) << 32) | uint32_t(merged_id));

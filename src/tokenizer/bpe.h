@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "tokenizer/flat_map.h"
@@ -42,9 +43,11 @@ struct BpeScratch {
 
 class BpeModel {
  public:
-  // Reads the "model" object. tokens is the tokenizer's full token table (vocab plus added tokens, as
-  // the reference uses it); it must outlive the model.
-  BpeModel(const JsonField& model, const TokenTable& tokens);
+  // Reads the options of the "model" object; merges are its (left, right) pairs in rank order (already
+  // type-checked). tokens is the tokenizer's full token table (vocab plus added tokens, as the reference
+  // uses it); it must outlive the model.
+  BpeModel(const JsonField& model, const std::vector<std::pair<std::string, std::string>>& merges,
+           const TokenTable& tokens);
 
   // Appends the ids of one pre-tokenized piece (valid UTF-8) to out.
   void encode(std::string_view piece, std::vector<int32_t>& out, BpeScratch& scratch) const;

@@ -4,8 +4,12 @@
 
 namespace zaya {
 
+void fail_field(const std::string& file, const std::string& path, const std::string& what) {
+  zaya::fail(str_cat(file, ": field '", path.empty() ? "(root)" : path, "': ", what));
+}
+
 void JsonField::fail(const std::string& what) const {
-  zaya::fail(str_cat(*file_, ": field '", path_.empty() ? "(root)" : path_, "': ", what));
+  fail_field(*file_, path_, what);
 }
 
 JsonField JsonField::at(const std::string& key) const {

@@ -9,6 +9,9 @@
 
 namespace zaya {
 
+// Throws zaya::Error "<file>: field '<path>': <what>" (the format of every tokenizer.json error).
+[[noreturn]] void fail_field(const std::string& file, const std::string& path, const std::string& what);
+
 class JsonField {
  public:
   // file: the name used in error messages (must outlive this field and the fields made from it);

@@ -8,28 +8,67 @@
 #include "core/error.h"
 #include "tokenizer/json_field.h"
 #include "tokenizer/tokenizer_impl.h"
+#include "tokenizer/tokenizer_json.h"
 
 namespace zaya {
 namespace {
 
-// model.vocab: {"token": id, ...} with ids exactly 0..N-1. extra_ids: room for the added tokens.
-void load_vocab(const JsonField& vocab, size_t extra_ids, Tokenizer::Impl& m) {
+using VocabEntries = std::vector<std::pair<std::string, int64_t>>;
+using MergePairs = std::vector<std::pair<std::string, std::string>>;
+
+// model.vocab from the document (when it was not streamed): {"token": id, ...}, type-checked.
+VocabEntries read_vocab(const JsonField& vocab) {
   if (!vocab.raw().is_object())
     vocab.fail(str_cat("expected an object {\"token\": id}, got ", vocab.type_name()));
-  size_t n = vocab.raw().size();
-  if (n == 0) vocab.fail("the vocabulary is empty");
-  if (n + extra_ids > size_t(INT32_MAX)) vocab.fail("the vocabulary is too large");
-  m.tokens.resize(n + extra_ids);
+  VocabEntries entries;
+  entries.reserve(vocab.raw().size());
   for (const auto& [token, value] : vocab.raw().items()) {
-    int64_t id = -1;
-    if (value.is_number_integer()) id = value.get<int64_t>();
-    if (!value.is_number_integer() || id < 0 || id >= int64_t(n) || m.tokens.has_id(int32_t(id))) {
-      JsonField id_field(value, vocab.file(), vocab.path() + "[\"" + token + "\"]");
-      id = id_field.integer();  // throws for a non-integer
-      if (id < 0 || id >= int64_t(n)) {
-        id_field.fail(str_cat("id ", id, " is out of range [0, ", n, ") (ids must be 0..N-1 for N tokens)"));
+    entries.emplace_back(token,
+                         JsonField(value, vocab.file(), vocab.path() + "[\"" + token + "\"]").integer());
+  }
+  return entries;
+}
+
+// model.merges from the document (when it was not streamed): ["left", "right"] or "left right" entries.
+MergePairs read_merges(const JsonField& merges) {
+  MergePairs pairs;
+  size_t n = merges.array_size();
+  pairs.reserve(n);
+  for (size_t i = 0; i < n; i++) {
+    JsonField merge = merges.at(i);
+    if (merge.raw().is_string()) {
+      std::string text = merge.str();
+      size_t space = text.find(' ');
+      if (space == std::string::npos || text.find(' ', space + 1) != std::string::npos) {
+        merge.fail(str_cat("expected \"left right\" (one space), got \"", text, "\""));
       }
-      id_field.fail(str_cat("duplicate id ", id, " (also the id of \"", m.tokens.token(int32_t(id)), "\")"));
+      pairs.emplace_back(text.substr(0, space), text.substr(space + 1));
+    } else if (merge.raw().is_array()) {
+      if (merge.array_size() != 2)
+        merge.fail(str_cat("expected [left, right], got ", merge.array_size(), " elements"));
+      pairs.emplace_back(merge.at(0).str(), merge.at(1).str());
+    } else {
+      merge.fail(str_cat("expected [\"left\", \"right\"] or \"left right\", got ", merge.type_name()));
+    }
+  }
+  return pairs;
+}
+
+// Checks that the ids are exactly 0..N-1 and fills the token table (with room for extra_ids more).
+void load_vocab(const VocabEntries& entries, const std::string& file, size_t extra_ids, Tokenizer::Impl& m) {
+  size_t n = entries.size();
+  if (n == 0) fail_field(file, "model.vocab", "the vocabulary is empty");
+  if (n + extra_ids > size_t(INT32_MAX)) fail_field(file, "model.vocab", "the vocabulary is too large");
+  m.tokens.resize(n + extra_ids);
+  for (const auto& [token, id] : entries) {
+    if (id < 0 || id >= int64_t(n) || m.tokens.has_id(int32_t(id))) {
+      std::string path = "model.vocab[\"" + token + "\"]";
+      if (id < 0 || id >= int64_t(n)) {
+        fail_field(file, path,
+                   str_cat("id ", id, " is out of range [0, ", n, ") (ids must be 0..N-1 for N tokens)"));
+      }
+      fail_field(file, path,
+                 str_cat("duplicate id ", id, " (also the id of \"", m.tokens.token(int32_t(id)), "\")"));
     }
     m.tokens.set(int32_t(id), token);
   }
@@ -96,12 +135,8 @@ Tokenizer Tokenizer::load(const std::string& path) {
 }
 
 Tokenizer Tokenizer::from_json(std::string_view json_text, const std::string& name) {
-  nlohmann::json doc;
-  try {
-    doc = nlohmann::json::parse(json_text.begin(), json_text.end());
-  } catch (const nlohmann::json::exception& e) {
-    fail(str_cat(name, ": not valid JSON (", e.what(), ")"));
-  }
+  TokenizerJson parsed = read_tokenizer_json(json_text, name);
+  const nlohmann::json& doc = parsed.doc;
   JsonField root(doc, name, "");
   if (!doc.is_object()) root.fail(str_cat("expected a JSON object, got ", root.type_name()));
 
@@ -118,15 +153,19 @@ Tokenizer Tokenizer::from_json(std::string_view json_text, const std::string& na
   }
   std::optional<JsonField> added = root.find("added_tokens");
   size_t n_added = added ? added->array_size() : 0;
-  load_vocab(model.at("vocab"), n_added, *m);
-  size_t n_vocab = model.at("vocab").raw().size();
+  JsonField vocab_field = model.at("vocab"), merges_field = model.at("merges");  // both required
+  VocabEntries vocab = parsed.vocab_streamed ? std::move(parsed.vocab) : read_vocab(vocab_field);
+  load_vocab(vocab, name, n_added, *m);
+  size_t n_vocab = vocab.size();
+  VocabEntries().swap(vocab);
   for (auto* flags : {&m->special, &m->added, &m->lstrip, &m->rstrip}) flags->assign(n_vocab + n_added, 0);
   if (added)
     load_added_tokens(*added, n_vocab, *m);
   else
     m->tokens.resize(n_vocab);
   for (auto* flags : {&m->special, &m->added, &m->lstrip, &m->rstrip}) flags->resize(m->tokens.size());
-  m->model = std::make_unique<BpeModel>(model, m->tokens);
+  MergePairs merges = parsed.merges_streamed ? std::move(parsed.merges) : read_merges(merges_field);
+  m->model = std::make_unique<BpeModel>(model, merges, m->tokens);
 
   if (auto f = root.find("normalizer")) m->normalizer = make_normalizer(*f);
   if (auto f = root.find("pre_tokenizer")) m->pre_tokenizer = make_pre_tokenizer(*f);
