@@ -10,7 +10,16 @@
 //      fused when the model says fuse_unk;
 //   4. with add_special_tokens, the post-processor adds its special tokens (Gemma 3: <bos> first).
 // decode(ids): tokens -> decoder pipeline -> text; invalid UTF-8 produced by byte tokens is repaired the
-// same way. Tokenizer is immutable after load(): encode/decode are safe to call from many threads.
+// same way. Tokenizer is immutable after load(): encode/decode are safe to call from many threads (each
+// thread keeps a cache of word encodings for the last tokenizer it used, at most about 80 MB).
+//
+// Where the reference and the Hugging Face Rust library differ on something Gemma 3 does not use, this
+// follows Hugging Face: Split honours every behavior (the reference treats all but Removed as Isolated)
+// and Metaspace splits before each marker. Like the reference: added tokens are matched on the raw text
+// whatever their "normalized" flag, "single_word" is ignored, and decode() does no
+// clean_up_tokenization_spaces (a tokenizer_config.json setting; false for Gemma 3).
+// Gemma 3 specifics: <bos> = 2 is prepended, no <eos> is appended; eos_id() is <eos> = 1, while chat turns
+// end with <end_of_turn> = 106 (a generation config decides which ids stop generation).
 #pragma once
 
 #include <cstdint>
