@@ -58,11 +58,6 @@ int64_t JsonField::integer() const {
   return value_->get<int64_t>();
 }
 
-std::string JsonField::str_or(const std::string& key, const std::string& fallback) const {
-  auto f = find(key);
-  return f ? f->str() : fallback;
-}
-
 bool JsonField::bool_or(const std::string& key, bool fallback) const {
   auto f = find(key);
   return f ? f->boolean() : fallback;

@@ -37,8 +37,7 @@ class JsonField {
   bool boolean() const;     // a boolean value
   int64_t integer() const;  // an integer value (not a float)
 
-  // Typed optional members with a default for a missing or null key.
-  std::string str_or(const std::string& key, const std::string& fallback) const;
+  // An optional boolean member: fallback when the key is missing or null.
   bool bool_or(const std::string& key, bool fallback) const;
 
   // Throws zaya::Error "<file>: field '<path>': <what>".

@@ -17,11 +17,6 @@ int utf8_decode(std::string_view s, size_t i, uint32_t* cp);
 // Appends the UTF-8 encoding of cp (cp <= 0x10FFFF, not a surrogate).
 void utf8_append(std::string& out, uint32_t cp);
 
-// Length in bytes of the UTF-8 encoding that starts with byte b (1 for invalid lead bytes).
-inline int utf8_lead_length(uint8_t b) {
-  return b < 0x80 ? 1 : b < 0xE0 ? (b < 0xC0 ? 1 : 2) : b < 0xF0 ? 3 : 4;
-}
-
 // True when s is entirely valid UTF-8 (no overlongs, no surrogates, nothing above U+10FFFF).
 bool utf8_is_valid(std::string_view s);
 
