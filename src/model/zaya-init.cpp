@@ -108,6 +108,7 @@ ZayaWeights init_weights(const ZayaConfig& cfg, DType compute, uint64_t seed) {
     init_tensor(p.slot->data, p.name, p.shape, dt, cfg, seed);
   }
   if (cfg.tie_word_embeddings) w.lm_head = w.embed;
+  fuse_qkv(cfg, w);
   return w;
 }
 

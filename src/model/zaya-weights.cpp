@@ -291,7 +291,37 @@ ZayaWeights load_weights(const std::string& dir, const ZayaConfig& cfg, DType co
     }
     w.lm_head = w.embed;
   }
+  fuse_qkv(cfg, w);
   return w;
+}
+
+void fuse_qkv(const ZayaConfig& c, ZayaWeights& w) {
+  const int64_t H = c.hidden_size, A = c.q_dim(), Kv = c.kv_dim(), N = A + 2 * Kv;
+  for (ZayaLayerWeights& l : w.layers) {
+    Tensor fused = Tensor::empty(w.compute, {N, H});
+    Tensor bias = Tensor::empty(DType::F32, {N});
+    const size_t es = dtype_size(w.compute);
+    int64_t row = 0;
+    for (auto [mat, vec] : {std::pair{&l.q_proj, &l.q_bias},
+                            {&l.k_proj, &l.k_bias},
+                            {&l.v_cur, &l.v_cur_bias},
+                            {&l.v_del, &l.v_del_bias}}) {
+      ZAYA_ASSERT(mat->dtype == w.compute && mat->dim(1) == H,
+                  "projection must be loaded in the compute dtype");
+      const int64_t rows = mat->dim(0);
+      char* dst = static_cast<char*>(fused.data) + row * H * es;
+      std::memcpy(dst, mat->data, rows * H * es);
+      *mat = Tensor::view(w.compute, {rows, H}, dst, fused.owner);
+      if (vec->data) {
+        float* bdst = bias.f32() + row;
+        std::memcpy(bdst, vec->data, rows * sizeof(float));
+        *vec = Tensor::view(DType::F32, {rows}, bdst, bias.owner);
+      }
+      row += rows;
+    }
+    l.qkv = fused;
+    l.qkv_bias = bias;
+  }
 }
 
 std::vector<bool> skip_never_chosen(const ZayaConfig& cfg, const ZayaWeights& w) {

@@ -22,10 +22,14 @@ struct ZayaLayerWeights {
   Tensor k_proj, k_bias;     // [Kv, H], [Kv]
   Tensor v_cur, v_cur_bias;  // [Kv/2, H], [Kv/2]
   Tensor v_del, v_del_bias;  // [Kv/2, H], [Kv/2]
-  Tensor conv0_w, conv0_b;   // [C, 1, t0], [C]   depthwise
-  Tensor conv1_w, conv1_b;   // [C, d, t1], [C]   grouped, one group per head
-  Tensor temp;               // [Hk] key temperature
-  Tensor o_proj, o_bias;     // [H, A], [H]
+  // The four input projections stored as one matrix so the forward does one GEMM:
+  // qkv [A + 2·Kv, H] = rows q | k | v_cur | v_del (q_proj … v_del are views into it), qkv_bias [A + 2·Kv]
+  // (zeros without attention_bias).
+  Tensor qkv, qkv_bias;
+  Tensor conv0_w, conv0_b;  // [C, 1, t0], [C]   depthwise
+  Tensor conv1_w, conv1_b;  // [C, d, t1], [C]   grouped, one group per head
+  Tensor temp;              // [Hk] key temperature
+  Tensor o_proj, o_bias;    // [H, A], [H]
   ResidualScaleWeights post_attn_scale;
   Tensor post_norm;                      // [H]
   Tensor router_down, router_down_bias;  // [R, H], [R]
@@ -69,6 +73,10 @@ bool legacy_to_native_name(const std::string& legacy, int64_t num_layers, std::s
 // legacy names). `compute` is the GEMM dtype. Missing, unexpected and mis-shaped tensors are reported
 // together in one error naming the directory.
 ZayaWeights load_weights(const std::string& dir, const ZayaConfig& cfg, DType compute);
+
+// Gathers q_proj, k_proj, v_proj_current, v_proj_delayed (and biases) of every layer into the fused qkv
+// matrix and re-points the four named tensors at views of it. Called by every way of making weights.
+void fuse_qkv(const ZayaConfig& cfg, ZayaWeights& w);
 
 // Checks the skip-class condition of spec §5.7 per layer: true when max_{e<E} β_e >= β_E + 1, i.e. the skip
 // class can never win and all skip semantics agree.

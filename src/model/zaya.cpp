@@ -99,6 +99,8 @@ void zaya_forward(const ZayaModel& model, ZayaCache& cache, const int32_t* ids, 
   float* h = grow(sc.h, T * H);
   float* u = grow(sc.u, T * H);
   float* a = grow(sc.a, T * H);
+  const int64_t NQ = C + Kv;  // fused projection width
+  float* qkv = grow(sc.qkv, T * NQ);
   float* raw = grow(sc.raw, T * C);
   float* vc = grow(sc.vc, T * Kv / 2);
   float* dv = grow(sc.dv, T * Kv / 2);
@@ -139,10 +141,15 @@ void zaya_forward(const ZayaModel& model, ZayaCache& cache, const int32_t* ids, 
         if (!mask[t]) std::memset(h + t * H, 0, H * sizeof(float));
       }
     }
-    linear_strided(raw, C, h, lw.q_proj, opt_f32(lw.q_bias), T);      // raw[:, :A] = Q0
-    linear_strided(raw + A, C, h, lw.k_proj, opt_f32(lw.k_bias), T);  // raw[:, A:] = K0
-    linear_strided(vc, Kv / 2, h, lw.v_cur, opt_f32(lw.v_cur_bias), T);
-    linear_strided(dv, Kv / 2, h, lw.v_del, opt_f32(lw.v_del_bias), T);
+    // One GEMM for q | k | v_cur | v_del, then split: raw[T, C] = [Q0 | K0], vc and dv [T, Kv/2].
+    linear_strided(qkv, NQ, h, lw.qkv, lw.qkv_bias.f32(), T);
+#pragma omp parallel for schedule(static) if (T * NQ > 65536)
+    for (int64_t t = 0; t < T; t++) {
+      const float* row = qkv + t * NQ;
+      std::memcpy(raw + t * C, row, C * sizeof(float));
+      std::memcpy(vc + t * Kv / 2, row + C, Kv / 2 * sizeof(float));
+      std::memcpy(dv + t * Kv / 2, row + C + Kv / 2, Kv / 2 * sizeof(float));
+    }
 
     const int64_t key_pos0 = lc.start;
     const int64_t old_len = lc.len;
