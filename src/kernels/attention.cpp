@@ -91,22 +91,44 @@ void attention_forward(float* out, float* lse, const float* q, int64_t q_stride,
   if (a.S < 32) return attention_rows(out, lse, q, q_stride, k, v, q_pos, key_valid, a);
   const int64_t G = a.Hq / a.Hk, d = a.d, S = a.S, n = a.n_keys;
   const float scale = 1.0f / std::sqrt(float(d));
-  // Per query head: scores[S, n] = Q_h · K_κ(h)ᵀ / √d (a GEMM), masked softmax per row, O_h = P · V_κ(h).
-  // Heads run in parallel with single-threaded GEMMs (gemm() stays on the calling thread inside a region).
-#pragma omp parallel for schedule(dynamic, 1)
+  // Per query head and block of kQB queries: scores[rows, keys] = Q · Kᵀ / √d (a GEMM) over the keys up to
+  // the block's last visible one (causality skips the rest), masked softmax per row, O = P · V. (head, block)
+  // items run in parallel with single-threaded GEMMs (gemm() stays on the calling thread inside a parallel
+  // region).
+  constexpr int64_t kQB = 128;
+  const int64_t n_blocks = (S + kQB - 1) / kQB;
+#pragma omp parallel for collapse(2) schedule(dynamic, 1)
   for (int64_t h = 0; h < a.Hq; h++) {
-    thread_local std::vector<float> scores;
-    scores.resize(S * n);
-    const float* kh = k + (h / G) * a.key_stride;
-    const float* vh = v + (h / G) * a.key_stride;
-    gemm(S, n, d, scale, mat(q + h * d, q_stride), mat(kh, d, /*trans=*/true), 0.f, scores.data(), n);
-    for (int64_t t = 0; t < S; t++) {
-      int64_t first, last;
-      visible_range(q_pos[t], a, &first, &last);
-      float l = masked_softmax_row(scores.data() + t * n, n, first, last, key_valid);
-      if (lse) lse[t * a.Hq + h] = l;
+    for (int64_t qb = 0; qb < n_blocks; qb++) {
+      const int64_t t0 = qb * kQB, rows = std::min(kQB, S - t0);
+      int64_t key_lo = n, key_hi = 0;  // union of the visible ranges of the block's queries
+      for (int64_t t = t0; t < t0 + rows; t++) {
+        int64_t first, last;
+        visible_range(q_pos[t], a, &first, &last);
+        key_lo = std::min(key_lo, first);
+        key_hi = std::max(key_hi, last + 1);
+      }
+      float* o = out + t0 * a.Hq * d + h * d;
+      if (key_hi <= key_lo) {
+        for (int64_t t = 0; t < rows; t++) std::fill(o + t * a.Hq * d, o + t * a.Hq * d + d, 0.f);
+        continue;
+      }
+      const int64_t nk = key_hi - key_lo;
+      thread_local std::vector<float> scores;
+      scores.resize(rows * nk);
+      const float* kh = k + (h / G) * a.key_stride + key_lo * d;
+      const float* vh = v + (h / G) * a.key_stride + key_lo * d;
+      gemm(rows, nk, d, scale, mat(q + t0 * q_stride + h * d, q_stride), mat(kh, d, /*trans=*/true), 0.f,
+           scores.data(), nk);
+      for (int64_t t = 0; t < rows; t++) {
+        int64_t first, last;
+        visible_range(q_pos[t0 + t], a, &first, &last);
+        float l = masked_softmax_row(scores.data() + t * nk, nk, first - key_lo, last - key_lo,
+                                     key_valid ? key_valid + key_lo : nullptr);
+        if (lse) lse[(t0 + t) * a.Hq + h] = l;
+      }
+      gemm(rows, d, nk, 1.f, mat(scores.data(), nk), mat(vh, d), 0.f, o, a.Hq * d);
     }
-    gemm(S, d, n, 1.f, mat(scores.data(), n), mat(vh, d), 0.f, out + h * d, a.Hq * d);
   }
 }
 
