@@ -317,6 +317,13 @@ void onednn_gemm(bool runtime_m, int64_t M, int64_t N, int64_t K, float alpha, c
 GemmBackend choose_backend(int64_t M, int64_t N, int64_t K, bool bf16) {
   // Tiny fp32 products: OpenBLAS's call overhead is the lowest (16^3: 0.23 us vs oneDNN 1.1 us).
   if (!bf16 && 2.0 * M * N * K < 5e5) return GemmBackend::OpenBlas;
+  // Few rows (decode): oneDNN's runtime-M primitive is its gemm:jit kernel, which has a GEMV path; the
+  // fixed-shape brgemm kernel wastes most of its register tile. GFLOP/s at M=1, N=2048, K=1024 (x·Wᵀ):
+  // f32 79 vs 16, bf16 136 vs 43. For fp32 it stays ahead up to M=12 (M=8: 158 vs 91) but collapses at M=16
+  // (22 vs 128) and loses at M >= 8 for the 32768-wide lm_head; for bf16 brgemm wins from M=2 (84 vs 43).
+  if (M == 1) return GemmBackend::OneDnnRuntimeM;
+  if (!bf16 && M < 8) return GemmBackend::OneDnnRuntimeM;
+  if (!bf16 && M < 16 && N <= 4096) return GemmBackend::OneDnnRuntimeM;
   return GemmBackend::OneDnn;
 }
 

@@ -19,7 +19,8 @@ void grouped_linear_forward(float* out, const float* in, const Tensor& W, const 
 
 // How the expert GEMMs share the threads (for benchmarks; grouped_linear_forward uses Auto):
 //   Sequential      one expert at a time, each GEMM on all threads
-//   ExpertParallel  experts spread over the threads, each GEMM on one thread
+//   ExpertParallel  experts spread over the threads (largest first), each GEMM on one thread
+//   Auto            experts holding at least 1/threads of the rows one at a time, the rest spread
 enum class GroupedSchedule { Auto, Sequential, ExpertParallel };
 const char* grouped_schedule_name(GroupedSchedule schedule);
 
