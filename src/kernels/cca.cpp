@@ -27,6 +27,21 @@ void cca_conv_forward(float* out, float* mid, const float* frames, const float* 
   // j. Per group g and tap j this is a GEMM: out[:, g·d:(g+1)·d] += mid[j : j+S, g·d:(g+1)·d] · W1[g·d:…, :,
   // j]ᵀ, with the tap-major weights w1t[j][o][c'] re-laid from [o][c'][j].
   const int64_t groups = dm.Hq + dm.Hk;
+  if (S < 16) {  // decode and short chunks: direct loops (a GEMM per group would be all call overhead)
+    for (int64_t t = 0; t < S; t++) {
+      for (int64_t o = 0; o < C; o++) {
+        const float* w = w1 + o * d * t1;
+        const int64_t g = o / d;
+        float acc = b1[o];
+        for (int64_t j = 0; j < t1; j++) {
+          const float* m = mid + (t + j) * C + g * d;
+          for (int64_t c = 0; c < d; c++) acc += w[c * t1 + j] * m[c];
+        }
+        out[t * C + o] = acc;
+      }
+    }
+    return;
+  }
   std::vector<float> w1t(t1 * C * d);  // shared by the threads below (a thread_local would not be)
   for (int64_t o = 0; o < C; o++)
     for (int64_t c = 0; c < d; c++)
