@@ -30,7 +30,7 @@ struct Tensor {
   static Tensor empty(DType dtype, const Shape& shape);  // zero-filled
   static Tensor view(DType dtype, const Shape& shape, void* data, std::shared_ptr<void> owner);
 
-  bool defined() const { return data != nullptr || shape_numel(shape) == 0 && !shape.empty(); }
+  bool defined() const { return data != nullptr; }
   int64_t numel() const { return shape_numel(shape); }
   size_t nbytes() const { return size_t(numel()) * dtype_size(dtype); }
   int64_t dim(int i) const { return shape[i < 0 ? shape.size() + i : i]; }
