@@ -23,4 +23,14 @@ void attention_forward(float* out, float* lse, const float* q, int64_t q_stride,
                        const float* v, const int64_t* q_pos, const uint8_t* key_valid,
                        const AttentionArgs& a);
 
+// Backward of attention_forward for one sequence row (spec §6.5), token-major layout:
+//   q[S, q_stride] with Q'[t, h] at column h·d; k[n_keys, k_stride] and v[n_keys, v_stride] with head j at
+//   column j·d (key i at absolute position key_pos0 + i); dout[S, Hq·d] = ḡO; lse[S, Hq] from the forward.
+//   dq (stride q_stride), dk (k_stride), dv (v_stride) receive += gradients. The probabilities are
+//   recomputed from Q', K' and lse; masked and padded keys get none; queries without a visible key (lse
+//   = -inf) have a constant zero output and pass no gradient. a.key_stride is unused.
+void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, int64_t q_stride,
+                        const float* k, int64_t k_stride, const float* v, int64_t v_stride, const float* lse,
+                        const int64_t* q_pos, const uint8_t* key_valid, const AttentionArgs& a);
+
 }  // namespace zaya

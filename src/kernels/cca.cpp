@@ -120,4 +120,119 @@ void cca_qk_forward(float* conv, const float* raw, const float* temp, const int6
   }
 }
 
+void rope_apply_inverse(float* g, int64_t pos, int64_t r, const float* inv_freq) {
+  const int64_t half = r / 2;
+  for (int64_t i = 0; i < half; i++) {
+    float phi = float(pos) * inv_freq[i];
+    float c = std::cos(phi), s = std::sin(phi);
+    float a = g[i], b = g[i + half];
+    g[i] = a * c + b * s;
+    g[i + half] = -a * s + b * c;
+  }
+}
+
+void cca_qk_backward(float* dmixed, float* draw, float* dtemp, const float* dqk, const float* conv,
+                     const float* raw, const float* temp, const int64_t* positions, int64_t S,
+                     const CcaDims& dm, int64_t rotary_dim, double theta) {
+  const int64_t Hq = dm.Hq, Hk = dm.Hk, d = dm.d, A = dm.A(), C = dm.C(), G = Hq / Hk;
+  const float sqrt_d = std::sqrt(float(d));
+  const float eps_q = 1.1920928955078125e-07f;  // the forward's clamp (spec §5.5d)
+  std::vector<float> inv_freq(rotary_dim / 2 + 1), mixed(C), qr(Hq * d);
+  rope_inv_freq(inv_freq.data(), rotary_dim, theta);
+  for (int64_t t = 0; t < S; t++) {
+    const float* u = raw + t * C;
+    // Recompute the mixed, pre-norm Q̃ | K̃ of this token exactly as the forward does.
+    for (int64_t h = 0; h < Hq; h++) {
+      for (int64_t i = 0; i < d; i++) qr[h * d + i] = 0.5f * (u[h * d + i] + u[A + (h / G) * d + i]);
+    }
+    for (int64_t i = 0; i < A; i++) mixed[i] = conv[t * C + i] + qr[i];
+    for (int64_t j = 0; j < Hk; j++) {
+      for (int64_t i = 0; i < d; i++) {
+        float s = 0.f;
+        for (int64_t g = 0; g < G; g++) s += qr[(j * G + g) * d + i];
+        mixed[A + j * d + i] = conv[t * C + A + j * d + i] + s / float(G);
+      }
+    }
+    // Per head: undo RoPE on the gradient, then the norm (spec §6.7).
+    float* dm_row = dmixed + t * C;
+    for (int64_t h = 0; h < Hq + Hk; h++) {
+      const float* v = mixed.data() + h * d;
+      float* g = dm_row + h * d;
+      for (int64_t i = 0; i < d; i++) g[i] = dqk[t * C + h * d + i];
+      rope_apply_inverse(g, positions[t], rotary_dim, inv_freq.data());
+      double ss = 0;
+      for (int64_t i = 0; i < d; i++) ss += double(v[i]) * v[i];
+      const float n = float(std::sqrt(ss));
+      const float denom = std::max(n, eps_q);
+      const float tau = h >= Hq ? temp[h - Hq] : 1.0f;
+      if (h >= Hq) {  // ḡτ = Σ ḡK̂ · √d·K̃/max(n, ε)
+        double s = 0;
+        for (int64_t i = 0; i < d; i++) s += double(g[i]) * v[i];
+        dtemp[h - Hq] += float(s * sqrt_d / denom);
+      }
+      const float scale = tau * sqrt_d / denom;
+      if (n > eps_q) {  // ḡv = (τ√d/n)·(ḡ − v̂(v̂·ḡ))
+        double dot = 0;
+        for (int64_t i = 0; i < d; i++) dot += double(v[i]) * g[i];
+        const float proj = float(dot / (double(n) * n));
+        for (int64_t i = 0; i < d; i++) g[i] = scale * (g[i] - v[i] * proj);
+      } else {  // clamped: the denominator is a constant
+        for (int64_t i = 0; i < d; i++) g[i] *= scale;
+      }
+    }
+    // Mixing (spec §6.8): ḡQr[h] = ḡQ̃[h] + ḡK̃[κ(h)]/G; ḡQ0[h] += ½ḡQr[h]; ḡK0[κ(h)] += ½ḡQr[h].
+    float* dr = draw + t * C;
+    for (int64_t h = 0; h < Hq; h++) {
+      const int64_t j = h / G;
+      for (int64_t i = 0; i < d; i++) {
+        const float gqr = dm_row[h * d + i] + dm_row[A + j * d + i] / float(G);
+        dr[h * d + i] += 0.5f * gqr;
+        dr[A + j * d + i] += 0.5f * gqr;
+      }
+    }
+  }
+}
+
+void cca_conv_backward(float* dframes, float* dw0, float* db0, float* dw1, float* db1, const float* dout,
+                       const float* mid, const float* frames, const float* w0, const float* w1, int64_t S,
+                       const CcaDims& dm) {
+  const int64_t C = dm.C(), d = dm.d, t0 = dm.t0, t1 = dm.t1, P = dm.P();
+  const int64_t n_mid = S + t1 - 1;
+  std::vector<float> dmid(n_mid * C, 0.f);
+  // Grouped conv: c_t[o] reads mid rows t + j (j < t1), channels g(o)·d + c'.
+  for (int64_t t = 0; t < S; t++) {
+    for (int64_t o = 0; o < C; o++) {
+      const float g = dout[t * C + o];
+      db1[o] += g;
+      if (g == 0.f) continue;
+      const int64_t base = (o / d) * d;
+      const float* w = w1 + o * d * t1;
+      float* dw = dw1 + o * d * t1;
+      for (int64_t j = 0; j < t1; j++) {
+        const float* m = mid + (t + j) * C + base;
+        float* dmr = dmid.data() + (t + j) * C + base;
+        for (int64_t c = 0; c < d; c++) {
+          dw[c * t1 + j] += g * m[c];
+          dmr[c] += g * w[c * t1 + j];
+        }
+      }
+    }
+  }
+  // Depthwise conv: mid row s reads frame rows s + j (j < t0). Every mid row, including the leading σ < 0
+  // ones (b0 over zero or cached frames), depends on b0.
+  for (int64_t i = 0; i < (P + S) * C; i++) dframes[i] = 0.f;
+  for (int64_t s = 0; s < n_mid; s++) {
+    const float* g = dmid.data() + s * C;
+    for (int64_t c = 0; c < C; c++) db0[c] += g[c];
+    for (int64_t j = 0; j < t0; j++) {
+      const float* u = frames + (s + j) * C;
+      float* du = dframes + (s + j) * C;
+      for (int64_t c = 0; c < C; c++) {
+        dw0[c * t0 + j] += g[c] * u[c];
+        du[c] += g[c] * w0[c * t0 + j];
+      }
+    }
+  }
+}
+
 }  // namespace zaya

@@ -36,4 +36,29 @@ void rope_apply(float* x, int64_t pos, int64_t rotary_dim, const float* inv_freq
 // inv_freq[r/2] = theta^(-2i/r), computed in fp32 as the reference does.
 void rope_inv_freq(float* inv_freq, int64_t rotary_dim, double theta);
 
+// ---- Backward (spec §6.6-6.9), one sequence row ----
+
+// The inverse rotation of rope_apply (spec §6.6): maps ḡx' to ḡx in place on one head vector g[d].
+void rope_apply_inverse(float* g, int64_t pos, int64_t rotary_dim, const float* inv_freq);
+
+// Backward of cca_qk_forward (mixing, QK norm with temperature incl. the clamp branch, RoPE; §6.6-6.8).
+//   dmixed[S, C]  out: ḡQ̃ | ḡK̃ (= the gradient of the conv output, spec §6.8 ḡCq, ḡCk)
+//   draw[S, C]    += the mixing path's gradient of the raw frames U = [Q0 | K0]
+//   dtemp[Hk]     += ḡτ
+//   dqk[S, C]     ḡQ' | ḡK' (gradient of cca_qk_forward's output)
+//   conv[S, C]    the conv output before mixing (cca_conv_forward's out); raw[S, C] = U; temp, positions,
+//                 rotary_dim, theta as in the forward.
+void cca_qk_backward(float* dmixed, float* draw, float* dtemp, const float* dqk, const float* conv,
+                     const float* raw, const float* temp, const int64_t* positions, int64_t S,
+                     const CcaDims& dm, int64_t rotary_dim, double theta);
+
+// Backward of cca_conv_forward (§6.9).
+//   dframes[P+S, C]  out (overwritten): ḡ of every raw frame (rows < P are the cached/zero frames: constants,
+//                    the caller uses rows P … P+S-1)
+//   dw0[C, t0], db0[C], dw1[C, d, t1], db1[C]  += parameter gradients (db0 includes the σ < 0 intermediates)
+//   dout[S, C]  ḡc; mid[S+t1-1, C] and frames[P+S, C] as recorded by the forward.
+void cca_conv_backward(float* dframes, float* dw0, float* db0, float* dw1, float* db1, const float* dout,
+                       const float* mid, const float* frames, const float* w0, const float* w1, int64_t S,
+                       const CcaDims& dm);
+
 }  // namespace zaya

@@ -4,6 +4,7 @@
 
 #include "core/profile.h"
 #include "kernels/elementwise.h"
+#include "kernels/gemm.h"
 #include "kernels/grouped_gemm.h"
 
 namespace zaya {
@@ -73,6 +74,84 @@ void moe_experts_forward(float* out, const float* u, const int32_t* choice, cons
     float* o = out + t * H;
     const float* y = s.y.data() + r * H;
     for (int64_t i = 0; i < H; i++) o[i] = w * y[i];
+  }
+}
+
+void route_top1_backward(float* dlogits, const float* dweight, const float* probs, const int32_t* choice,
+                         int64_t T, int64_t E) {
+  for (int64_t t = 0; t < T; t++) {
+    const float* p = probs + t * (E + 1);
+    float* g = dlogits + t * (E + 1);
+    const int32_t K = choice[t];
+    const float a = dweight[t] * p[K];
+    for (int64_t j = 0; j <= E; j++) g[j] = a * ((j == K ? 1.f : 0.f) - p[j]);
+  }
+}
+
+namespace {
+
+// Expert e's slice of a stacked [E, rows, cols] weight as a GEMM operand.
+MatRef expert_mat(const Tensor& W, int64_t e, bool trans) {
+  const int64_t rows = W.dim(1), cols = W.dim(2);
+  const char* base = static_cast<const char*>(W.data) + size_t(e) * rows * cols * dtype_size(W.dtype);
+  return {base, W.dtype, cols, trans};
+}
+
+}  // namespace
+
+void moe_experts_backward(float* du, float* dweight, float* dgate_up, float* ddown, const float* dout,
+                          const float* u, const int32_t* choice, const float* weight, const float* p_skip,
+                          const ExpertPlan& plan, const Tensor& gate_up, const Tensor& down, const float* gu,
+                          const float* act, const float* y, int64_t T, int64_t H, int64_t I, int64_t E,
+                          bool skip_passthrough) {
+  ZAYA_PROFILE_SCOPE("moe_experts_backward");
+  const int64_t n = plan.offsets[E];
+  // Skip tokens: native gives nothing; legacy passthrough m = p_E·u.
+  for (int64_t t = 0; t < T; t++) {
+    dweight[t] = 0.f;
+    if (choice[t] != E || !skip_passthrough) continue;
+    const float* g = dout + t * H;
+    double dot = 0;
+    for (int64_t i = 0; i < H; i++) dot += double(g[i]) * u[t * H + i];
+    dweight[t] = float(dot);
+    for (int64_t i = 0; i < H; i++) du[t * H + i] += p_skip[t] * g[i];
+  }
+  std::vector<float> x(std::max<int64_t>(n, 1) * H), dy(std::max<int64_t>(n, 1) * H),
+      dact(std::max<int64_t>(n, 1) * I), dgu(std::max<int64_t>(n, 1) * 2 * I),
+      dx(std::max<int64_t>(n, 1) * H);
+  for (int64_t r = 0; r < n; r++) {
+    const int64_t t = plan.perm[r];
+    const float* g = dout + t * H;
+    const float* yr = y + r * H;
+    double dot = 0;
+    for (int64_t i = 0; i < H; i++) {
+      dot += double(g[i]) * yr[i];
+      dy[r * H + i] = weight[t] * g[i];
+      x[r * H + i] = u[t * H + i];
+    }
+    dweight[t] = float(dot);
+  }
+  for (int64_t e = 0; e < E; e++) {
+    const int64_t o0 = plan.offsets[e], ne = plan.offsets[e + 1] - o0;
+    if (ne == 0) continue;
+    // y = ψ·D_eᵀ:  ḡD_e += ḡyᵀ·ψ,  ḡψ = ḡy·D_e.
+    gemm(H, I, ne, 1.f, mat(dy.data() + o0 * H, H, /*trans=*/true), mat(act + o0 * I, I), 1.f,
+         ddown + e * H * I, I);
+    gemm(ne, I, H, 1.f, mat(dy.data() + o0 * H, H), expert_mat(down, e, false), 0.f, dact.data() + o0 * I, I);
+  }
+  swiglu_backward(dgu.data(), dact.data(), gu, n, I);
+  for (int64_t e = 0; e < E; e++) {
+    const int64_t o0 = plan.offsets[e], ne = plan.offsets[e + 1] - o0;
+    if (ne == 0) continue;
+    // [a|b] = x·G_eᵀ:  ḡG_e += [ḡa|ḡb]ᵀ·x,  ḡx = [ḡa|ḡb]·G_e.
+    gemm(2 * I, H, ne, 1.f, mat(dgu.data() + o0 * 2 * I, 2 * I, /*trans=*/true), mat(x.data() + o0 * H, H),
+         1.f, dgate_up + e * 2 * I * H, H);
+    gemm(ne, H, 2 * I, 1.f, mat(dgu.data() + o0 * 2 * I, 2 * I), expert_mat(gate_up, e, false), 0.f,
+         dx.data() + o0 * H, H);
+  }
+  for (int64_t r = 0; r < n; r++) {
+    float* d = du + plan.perm[r] * H;
+    for (int64_t i = 0; i < H; i++) d[i] += dx[r * H + i];
   }
 }
 

@@ -32,4 +32,25 @@ void moe_experts_forward(float* out, const float* u, const int32_t* choice, cons
                          const Tensor& down, int64_t T, int64_t H, int64_t I, int64_t E,
                          bool skip_passthrough, MoeScratch& scratch);
 
+// ---- Backward (spec §6.11-6.13) ----
+
+// Router weight gather backward: dlogits[T, E+1] (overwritten) from ḡw[T], the gradient of the gathered
+// weight w = p[choice] where p = softmax(logits): ḡℓ_j = ḡw·p_K·(1[j = K] − p_j). The top-1 choice itself
+// passes no gradient; a native skip row has ḡw = 0 (its weight is the constant 0) and gets zeros.
+void route_top1_backward(float* dlogits, const float* dweight, const float* probs, const int32_t* choice,
+                         int64_t T, int64_t E);
+
+// Backward of moe_experts_forward over tokens sorted by expert (per-expert GEMMs, spec §6.11-6.12):
+//   du[T, H]            += ḡu through the experts (and p_E·ḡm for legacy passthrough skips)
+//   dweight[T]          out: ḡw = ḡm·y_e for routed tokens, ḡm·u for passthrough skips, 0 for native skips
+//   dgate_up[E, 2I, H], ddown[E, H, I]  += fp32 weight gradients (experts never chosen get none)
+//   dout[T, H] = ḡm; u, choice, weight, p_skip (read only for passthrough), plan, gate_up, down as in the
+//   forward; the forward's sorted intermediates gu[n, 2I] (gate|up pre-activations), act[n, I] (silu(a)⊙b),
+//   y[n, H] (expert outputs before the weight), n = plan.offsets[E].
+void moe_experts_backward(float* du, float* dweight, float* dgate_up, float* ddown, const float* dout,
+                          const float* u, const int32_t* choice, const float* weight, const float* p_skip,
+                          const ExpertPlan& plan, const Tensor& gate_up, const Tensor& down, const float* gu,
+                          const float* act, const float* y, int64_t T, int64_t H, int64_t I, int64_t E,
+                          bool skip_passthrough);
+
 }  // namespace zaya

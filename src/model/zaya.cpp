@@ -40,6 +40,12 @@ T* grow(std::vector<T>& v, int64_t n) {
   return v.data();
 }
 
+// Recorder copy: dst = src[0, n).
+template <typename T>
+void keep(std::vector<T>& dst, const T* src, int64_t n) {
+  dst.assign(src, src + n);
+}
+
 const float* opt_f32(const Tensor& t) {
   return t.data ? t.f32() : nullptr;
 }
@@ -83,6 +89,19 @@ void zaya_forward(const ZayaModel& model, ZayaCache& cache, const int32_t* ids, 
   const int64_t R = c.router_hidden_size, E = c.num_experts, I = c.moe_intermediate_size;
   const CcaDims dm{Hq, Hk, d, c.cca_time0, c.cca_time1};
   const int64_t seen = cache.seen;
+  Activations* rec = opt.record;
+  if (rec) {
+    ZAYA_CHECK(!cache.has_state,
+               "recording activations for the backward needs a fresh cache (whole sequences)");
+    rec->B = B;
+    rec->S = S;
+    rec->ids.assign(ids, ids + B * S);
+    if (mask)
+      rec->mask.assign(mask, mask + B * S);
+    else
+      rec->mask.clear();
+    rec->layers.resize(L);
+  }
 
   // Padding: multi-token calls zero the normed input rows of padded positions (spec §5.5).
   bool zero_pads = false;
@@ -129,18 +148,31 @@ void zaya_forward(const ZayaModel& model, ZayaCache& cache, const int32_t* ids, 
   if (opt.tap_hidden) std::memcpy(out.hidden.data(), x, T * H * sizeof(float));
   cache.reserve(c, S);
 
+  if (rec) rec->zero_pads = zero_pads;
+
   for (int64_t li = 0; li < L; li++) {
     const ZayaLayerWeights& lw = w.layers[li];
     ZayaLayerCache& lc = cache.layers[li];
     const float eps = float(c.rms_norm_eps);
+    LayerActivations* la = rec ? &rec->layers[li] : nullptr;
+    if (la) {
+      keep(la->x, x, T * H);
+      la->rstd_in.resize(T);
+      la->mid.resize(B * (S + c.cca_time1 - 1) * C);
+      la->conv.resize(T * C);
+      la->qk.resize(T * C);
+      la->vals.resize(T * Kv);
+      la->lse.resize(T * Hq);
+    }
 
     // ---- CCA attention (spec §5.5) ----
-    rmsnorm_forward(h, nullptr, x, lw.input_norm.f32(), T, H, eps);
+    rmsnorm_forward(h, la ? la->rstd_in.data() : nullptr, x, lw.input_norm.f32(), T, H, eps);
     if (zero_pads) {
       for (int64_t t = 0; t < T; t++) {
         if (!mask[t]) std::memset(h + t * H, 0, H * sizeof(float));
       }
     }
+    if (la) keep(la->h, h, T * H);
     // One GEMM for q | k | v_cur | v_del, then split: raw[T, C] = [Q0 | K0], vc and dv [T, Kv/2].
     linear_strided(qkv, NQ, h, lw.qkv, lw.qkv_bias.f32(), T);
 #pragma omp parallel for schedule(static) if (T * NQ > 65536)
@@ -150,6 +182,7 @@ void zaya_forward(const ZayaModel& model, ZayaCache& cache, const int32_t* ids, 
       std::memcpy(vc + t * Kv / 2, row + C, Kv / 2 * sizeof(float));
       std::memcpy(dv + t * Kv / 2, row + C + Kv / 2, Kv / 2 * sizeof(float));
     }
+    if (la) keep(la->raw, raw, T * C);
 
     const int64_t key_pos0 = lc.start;
     const int64_t old_len = lc.len;
@@ -163,7 +196,13 @@ void zaya_forward(const ZayaModel& model, ZayaCache& cache, const int32_t* ids, 
       float* cv = conv + b * S * C;
       cca_conv_forward(cv, mid, frames, lw.conv0_w.f32(), lw.conv0_b.f32(), lw.conv1_w.f32(),
                        lw.conv1_b.f32(), S, dm);
+      if (la) {
+        const int64_t n_mid = S + c.cca_time1 - 1;
+        std::memcpy(la->mid.data() + b * n_mid * C, mid, n_mid * C * sizeof(float));
+        std::memcpy(la->conv.data() + b * S * C, cv, S * C * sizeof(float));
+      }
       cca_qk_forward(cv, raw + b * S * C, lw.temp.f32(), pos, S, dm, c.rotary_dim(li), c.rope(li).theta);
+      if (la) std::memcpy(la->qk.data() + b * S * C, cv, S * C * sizeof(float));
 
       // Values: current half, and the delayed half shifted by one token (seeded by the cached Dv,
       // or by v_proj_delayed(0) = its bias on a fresh sequence).
@@ -186,6 +225,7 @@ void zaya_forward(const ZayaModel& model, ZayaCache& cache, const int32_t* ids, 
           std::memset(vrow + Kv / 2, 0, Kv / 2 * sizeof(float));
       }
       std::memcpy(dv_state, dv + (b * S + S - 1) * Kv / 2, Kv / 2 * sizeof(float));
+      if (la) std::memcpy(la->vals.data() + b * S * Kv, vals, S * Kv * sizeof(float));
 
       // Append keys and values: [Hk, cap, d] per row.
       for (int64_t j = 0; j < Hk; j++) {
@@ -206,12 +246,13 @@ void zaya_forward(const ZayaModel& model, ZayaCache& cache, const int32_t* ids, 
       args.key_stride = lc.cap * d;
       args.window = c.layer_types[li] == LayerType::HybridSliding ? c.sliding_window : 0;
       const uint8_t* kvalid = cache.key_valid[b].data() + key_pos0;
-      attention_forward(ocat + b * S * A, nullptr, cv, C, lc.k.data() + b * Hk * lc.cap * d,
-                        lc.v.data() + b * Hk * lc.cap * d, pos, kvalid, args);
+      attention_forward(ocat + b * S * A, la ? la->lse.data() + b * S * Hq : nullptr, cv, C,
+                        lc.k.data() + b * Hk * lc.cap * d, lc.v.data() + b * Hk * lc.cap * d, pos, kvalid,
+                        args);
     }
     lc.len = old_len + S;
-    // Sliding layers keep only the last W-1 keys (spec §7.4).
-    if (c.layer_types[li] == LayerType::HybridSliding && lc.len > c.sliding_window - 1) {
+    // Sliding layers keep only the last W-1 keys (spec §7.4); a recording (training) forward keeps all.
+    if (!rec && c.layer_types[li] == LayerType::HybridSliding && lc.len > c.sliding_window - 1) {
       int64_t keep = c.sliding_window - 1, drop = lc.len - keep;
       for (int64_t bh = 0; bh < B * Hk; bh++) {
         float* kb = lc.k.data() + bh * lc.cap * d;
@@ -226,9 +267,16 @@ void zaya_forward(const ZayaModel& model, ZayaCache& cache, const int32_t* ids, 
     const ResidualScaleWeights& ra = lw.post_attn_scale;
     residual_scale_forward(x, a, x, ra.hidden_bias.f32(), ra.hidden_scale.f32(), ra.residual_bias.f32(),
                            ra.residual_scale.f32(), T, H);  // x now holds y
+    if (la) {
+      keep(la->ocat, ocat, T * A);
+      keep(la->a, a, T * H);
+      keep(la->y, x, T * H);
+      la->rstd_post.resize(T);
+      la->rstd_router.resize(T);
+    }
 
     // ---- Router with EDA (spec §5.6) ----
-    rmsnorm_forward(u, nullptr, x, lw.post_norm.f32(), T, H, eps);
+    rmsnorm_forward(u, la ? la->rstd_post.data() : nullptr, x, lw.post_norm.f32(), T, H, eps);
     linear_strided(rho, R, u, lw.router_down, lw.router_down_bias.f32(), T);
     if (li > 0) {
       const float* gamma = lw.router_eda_scale.f32();
@@ -237,11 +285,23 @@ void zaya_forward(const ZayaModel& model, ZayaCache& cache, const int32_t* ids, 
       }
     }
     std::memcpy(rho_prev, rho, T * R * sizeof(float));
-    rmsnorm_forward(r1, nullptr, rho, lw.router_norm.f32(), T, R, float(c.router_eps()));
+    rmsnorm_forward(r1, la ? la->rstd_router.data() : nullptr, rho, lw.router_norm.f32(), T, R,
+                    float(c.router_eps()));
+    if (la) {
+      keep(la->u, u, T * H);
+      keep(la->rho, rho, T * R);
+      keep(la->rnorm, r1, T * R);
+    }
     linear_strided(r2, R, r1, lw.router_fc1, lw.router_fc1_bias.f32(), T);
+    if (la) keep(la->pre1, r2, T * R);
     gelu_forward(r2, T * R);
     linear_strided(r1, R, r2, lw.router_fc2, lw.router_fc2_bias.f32(), T);
+    if (la) {
+      keep(la->z1, r2, T * R);
+      keep(la->pre2, r1, T * R);
+    }
     gelu_forward(r1, T * R);
+    if (la) keep(la->z2, r1, T * R);
     linear_strided(probs, E + 1, r1, lw.router_out, nullptr, T);
     if (opt.tap_router)
       std::memcpy(out.router_logits.data() + li * T * (E + 1), probs, T * (E + 1) * sizeof(float));
@@ -254,6 +314,18 @@ void zaya_forward(const ZayaModel& model, ZayaCache& cache, const int32_t* ids, 
     ExpertPlan plan = plan_experts(choice, T, E);
     moe_experts_forward(m, u, choice, weight, p_skip, plan, lw.experts_gate_up, lw.experts_down, T, H, I, E,
                         c.skip_passthrough, sc.moe);
+    if (la) {
+      const int64_t n = plan.offsets[E];
+      keep(la->probs, probs, T * (E + 1));
+      keep(la->choice, choice, T);
+      keep(la->weight, weight, T);
+      keep(la->p_skip, p_skip, T);
+      la->plan = plan;
+      keep(la->gu, sc.moe.gu.data(), n * 2 * I);
+      keep(la->act, sc.moe.act.data(), n * I);
+      keep(la->ye, sc.moe.y.data(), n * H);
+      keep(la->m, m, T * H);
+    }
     const ResidualScaleWeights& rm = lw.post_mlp_scale;
     residual_scale_forward(x, m, x, rm.hidden_bias.f32(), rm.hidden_scale.f32(), rm.residual_bias.f32(),
                            rm.residual_scale.f32(), T, H);
@@ -264,7 +336,13 @@ void zaya_forward(const ZayaModel& model, ZayaCache& cache, const int32_t* ids, 
 
   // ---- Final norm and LM head (spec §5.9) ----
   float* z = grow(sc.z, T * H);
-  rmsnorm_forward(z, nullptr, x, w.final_norm.f32(), T, H, float(c.rms_norm_eps));
+  if (rec) {
+    keep(rec->x_final, x, T * H);
+    rec->rstd_final.resize(T);
+  }
+  rmsnorm_forward(z, rec ? rec->rstd_final.data() : nullptr, x, w.final_norm.f32(), T, H,
+                  float(c.rms_norm_eps));
+  if (rec) keep(rec->z, z, T * H);
   if (opt.tap_hidden) std::memcpy(out.hidden.data() + (L + 1) * T * H, z, T * H * sizeof(float));
   const float* head_bias = opt_f32(w.lm_head_bias);
   if (opt.all_logits) {

@@ -26,10 +26,53 @@ struct ZayaModel {
   static ZayaModel load(const std::string& dir, const LoadOptions& opt = {});
 };
 
+// What the backward needs from one block (spec §6.14), recorded by zaya_forward when
+// ForwardOptions::record is set. T = B·S tokens, row-major; "sorted" = tokens in ExpertPlan order.
+struct LayerActivations {
+  std::vector<float> x;            // [T, H] block input
+  std::vector<float> rstd_in;      // [T] input_layernorm 1/rms
+  std::vector<float> h;            // [T, H] normed input (padded rows zeroed)
+  std::vector<float> raw;          // [T, C] raw q/k frames U = [Q0 | K0]
+  std::vector<float> mid;          // [B, S+t1-1, C] depthwise-conv intermediates (incl. σ < 0)
+  std::vector<float> conv;         // [T, C] grouped-conv output before the q/k mixing
+  std::vector<float> qk;           // [T, C] Q' | K' (after mixing, QK norm, temperature, RoPE)
+  std::vector<float> vals;         // [T, Kv] V = [Vc | Vd]
+  std::vector<float> lse;          // [T, Hq] attention log-sum-exp (-inf for queries seeing nothing)
+  std::vector<float> ocat;         // [T, A] concatenated heads
+  std::vector<float> a;            // [T, H] attention output (after o_proj)
+  std::vector<float> y;            // [T, H] after the post-attention residual merge
+  std::vector<float> rstd_post;    // [T]
+  std::vector<float> u;            // [T, H] normed MoE input
+  std::vector<float> rho;          // [T, R] router state after EDA (what block i+1 receives)
+  std::vector<float> rstd_router;  // [T]
+  std::vector<float> rnorm;        // [T, R] router-normed state
+  std::vector<float> pre1, z1;     // [T, R] fc1 pre-activation and GELU output
+  std::vector<float> pre2, z2;     // [T, R] fc2 pre-activation and GELU output
+  std::vector<float> probs;        // [T, E+1] router probabilities
+  std::vector<int32_t> choice;     // [T] (E = skip)
+  std::vector<float> weight;       // [T] p[choice] (0 for a native skip)
+  std::vector<float> p_skip;       // [T] p_E
+  ExpertPlan plan;
+  std::vector<float> gu, act, ye;  // sorted [n, 2I], [n, I], [n, H]: expert [a|b], silu(a)⊙b, output
+  std::vector<float> m;            // [T, H] MoE output
+};
+
+struct Activations {
+  int64_t B = 0, S = 0;
+  std::vector<int32_t> ids;   // [B, S]
+  std::vector<int32_t> mask;  // [B, S] or empty
+  bool zero_pads = false;     // padded rows of h were zeroed (spec §5.5)
+  std::vector<LayerActivations> layers;
+  std::vector<float> x_final, rstd_final, z;  // [T, H], [T], [T, H]
+};
+
 struct ForwardOptions {
   bool all_logits = true;   // false: logits of the last position of each row only ([B, 1, V])
   bool tap_hidden = false;  // record hidden_states [L+2, B, S, H]
   bool tap_router = false;  // record router logits [L, B, S, E+1] and choices [L, B, S]
+  // Training: keep every intermediate the backward needs. Needs a fresh cache (one whole sequence per
+  // row); sliding-window trimming is skipped so all keys stay available. Null (inference): no copies.
+  Activations* record = nullptr;
 };
 
 struct ForwardResult {

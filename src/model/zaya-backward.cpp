@@ -1,0 +1,304 @@
+#include "model/zaya-backward.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/profile.h"
+#include "kernels/attention.h"
+#include "kernels/cca.h"
+#include "kernels/elementwise.h"
+#include "kernels/gemm.h"
+#include "kernels/loss.h"
+#include "kernels/moe.h"
+#include "kernels/norm.h"
+
+namespace zaya {
+
+ZayaGrads ZayaGrads::zeros(const ZayaConfig& cfg) {
+  ZayaGrads g;
+  g.w.compute = DType::F32;
+  for (NamedParam& p : named_params(cfg, g.w)) *p.slot = Tensor::empty(DType::F32, p.shape);
+  fuse_qkv(cfg, g.w);  // q/k/v_cur/v_del gradients become views of one fused [A + 2·Kv, H] gradient
+  if (cfg.tie_word_embeddings) g.w.lm_head = g.w.embed;
+  return g;
+}
+
+void ZayaGrads::zero() {
+  auto clear = [](Tensor& t) {
+    if (t.data) std::memset(t.data, 0, t.nbytes());
+  };
+  clear(w.embed);
+  clear(w.input_scale);
+  clear(w.input_bias);
+  clear(w.final_norm);
+  clear(w.lm_head);
+  clear(w.lm_head_bias);
+  for (ZayaLayerWeights& l : w.layers) {
+    for (Tensor* t : {&l.input_norm,       &l.qkv,
+                      &l.qkv_bias,         &l.conv0_w,
+                      &l.conv0_b,          &l.conv1_w,
+                      &l.conv1_b,          &l.temp,
+                      &l.o_proj,           &l.o_bias,
+                      &l.post_norm,        &l.router_down,
+                      &l.router_down_bias, &l.router_eda_scale,
+                      &l.router_norm,      &l.router_fc1,
+                      &l.router_fc1_bias,  &l.router_fc2,
+                      &l.router_fc2_bias,  &l.router_out,
+                      &l.balancing_biases, &l.experts_gate_up,
+                      &l.experts_down})
+      clear(*t);
+    for (ResidualScaleWeights* r : {&l.post_attn_scale, &l.post_mlp_scale}) {
+      clear(r->hidden_scale);
+      clear(r->hidden_bias);
+      clear(r->residual_scale);
+      clear(r->residual_bias);
+    }
+  }
+}
+
+std::vector<NamedParam> ZayaGrads::named(const ZayaConfig& cfg) {
+  std::vector<NamedParam> all = named_params(cfg, w), out;
+  for (NamedParam& p : all) {
+    if (!p.is_buffer) out.push_back(p);
+  }
+  return out;
+}
+
+namespace {
+
+const float* opt_f32(const Tensor& t) {
+  return t.data ? t.f32() : nullptr;
+}
+float* opt_f32_mut(Tensor& t) {
+  return t.data ? t.f32() : nullptr;
+}
+
+// Backward of y[M,N] = x[M,K]·W[N,K]ᵀ (+ b): dx[M,K] (+)= dy·W (dx nullable), dW[N,K] += dyᵀ·x,
+// db[N] += Σ_rows dy (db nullable).
+void linear_backward(float* dx, bool accumulate, float* dW, float* db, const float* dy, const float* x,
+                     const Tensor& W, int64_t M) {
+  const int64_t N = W.dim(0), K = W.dim(1);
+  if (dx) gemm(M, K, N, 1.f, mat(dy, N), mat(W, K), accumulate ? 1.f : 0.f, dx, K);
+  gemm(N, K, M, 1.f, mat(dy, N, /*trans=*/true), mat(x, K), 1.f, dW, K);
+  if (db) {
+    for (int64_t m = 0; m < M; m++) {
+      for (int64_t n = 0; n < N; n++) db[n] += dy[m * N + n];
+    }
+  }
+}
+
+void residual_backward(float* d_o, float* d_r, ResidualScaleWeights& g, const ResidualScaleWeights& w,
+                       const float* dout, const float* o, const float* r, int64_t T, int64_t H) {
+  residual_scale_backward(d_o, d_r, g.hidden_bias.f32(), g.hidden_scale.f32(), g.residual_bias.f32(),
+                          g.residual_scale.f32(), dout, o, r, w.hidden_bias.f32(), w.hidden_scale.f32(),
+                          w.residual_bias.f32(), w.residual_scale.f32(), T, H, /*accumulate_dr=*/false);
+}
+
+}  // namespace
+
+double zaya_backward(const ZayaModel& model, const Activations& acts, const int32_t* targets,
+                     ZayaGrads& grads) {
+  ZAYA_PROFILE_SCOPE("zaya_backward");
+  const ZayaConfig& c = model.cfg;
+  const ZayaWeights& w = model.w;
+  ZayaWeights& g = grads.w;
+  const int64_t B = acts.B, S = acts.S, T = B * S, H = c.hidden_size, L = c.num_hidden_layers,
+                V = c.vocab_size;
+  const int64_t A = c.q_dim(), Kv = c.kv_dim(), C = c.conv_channels(), P = c.conv_state_len();
+  const int64_t Hq = c.num_attention_heads, Hk = c.num_key_value_heads, d = c.head_dim;
+  const int64_t R = c.router_hidden_size, E = c.num_experts, I = c.moe_intermediate_size;
+  const int64_t NQ = C + Kv, n_mid = S + c.cca_time1 - 1;
+  const CcaDims dm{Hq, Hk, d, c.cca_time0, c.cca_time1};
+  ZAYA_CHECK(int64_t(acts.layers.size()) == L && T > 0 && int64_t(acts.z.size()) == T * H,
+             "zaya_backward needs the activations of a recording forward of this model");
+  ZAYA_CHECK(int64_t(g.layers.size()) == L && g.embed.dtype == DType::F32,
+             "zaya_backward needs gradients made by ZayaGrads::zeros for this config");
+
+  int64_t N = 0;
+  for (int64_t t = 0; t < T; t++) N += targets[t] != -100;
+
+  // ---- LM head and cross-entropy (spec §6.1), one chunk of rows at a time ----
+  std::vector<float> dz(T * H, 0.f), dx(T * H, 0.f);
+  const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(T, (int64_t(1) << 22) / V));  // ≤16 MB
+  std::vector<float> logits(chunk * V);
+  const float* head_bias = opt_f32(w.lm_head_bias);
+  double loss_sum = 0;
+  for (int64_t t0 = 0; t0 < T; t0 += chunk) {
+    const int64_t rows = std::min(chunk, T - t0);
+    const float* z = acts.z.data() + t0 * H;
+    gemm(rows, V, H, 1.f, mat(z, H), mat(w.lm_head, H, /*trans=*/true), 0.f, logits.data(), V);
+    if (head_bias) {
+      for (int64_t r = 0; r < rows; r++)
+        for (int64_t v = 0; v < V; v++) logits[r * V + v] += head_bias[v];
+    }
+    // In place: logits become ḡlogits = (softmax − onehot)/N.
+    loss_sum += cross_entropy_backward(logits.data(), logits.data(), targets + t0, rows, V,
+                                       N ? 1.0f / float(N) : 0.f, nullptr);
+    gemm(rows, H, V, 1.f, mat(logits.data(), V), mat(w.lm_head, H), 0.f, dz.data() + t0 * H, H);
+    gemm(V, H, rows, 1.f, mat(logits.data(), V, /*trans=*/true), mat(z, H), 1.f, g.lm_head.f32(), H);
+    if (float* db = opt_f32_mut(g.lm_head_bias)) {
+      for (int64_t r = 0; r < rows; r++)
+        for (int64_t v = 0; v < V; v++) db[v] += logits[r * V + v];
+    }
+  }
+  if (N == 0) return 0.0;
+
+  // ---- Final norm ----
+  rmsnorm_backward(dx.data(), g.final_norm.f32(), dz.data(), acts.x_final.data(), w.final_norm.f32(),
+                   acts.rstd_final.data(), T, H, /*accumulate=*/false);
+
+  // ---- Blocks, last to first ----
+  std::vector<int64_t> pos(S);
+  for (int64_t s = 0; s < S; s++) pos[s] = s;  // a recording forward starts a fresh sequence
+  std::vector<uint8_t> key_valid;
+  if (!acts.mask.empty()) {
+    key_valid.resize(T);
+    for (int64_t t = 0; t < T; t++) key_valid[t] = acts.mask[t] != 0;
+  }
+  std::vector<float> dm_(T * H), dy(T * H), du(T * H), da(T * H), dh(T * H), docat(T * A);
+  std::vector<float> dweight(T), dlogit(T * (E + 1)), dr2(T * R), dr1(T * R), drho(T * R),
+      drho_carry(T * R, 0.f);
+  std::vector<float> dqk(T * C), dvals(T * Kv), dmixed(T * C), draw(T * C), dqkv(T * NQ);
+  std::vector<float> frames((P + S) * C), dframes((P + S) * C);
+
+  for (int64_t li = L - 1; li >= 0; li--) {
+    const LayerActivations& la = acts.layers[li];
+    const ZayaLayerWeights& lw = w.layers[li];
+    ZayaLayerWeights& lg = g.layers[li];
+
+    // x_out = (m + hb')⊙hs' + (y + rb')⊙rs'  (spec §6.3)
+    residual_backward(dm_.data(), dy.data(), lg.post_mlp_scale, lw.post_mlp_scale, dx.data(), la.m.data(),
+                      la.y.data(), T, H);
+
+    // Experts (spec §6.11-6.12): ḡu through the experts, ḡw for the router.
+    std::fill(du.begin(), du.end(), 0.f);
+    moe_experts_backward(du.data(), dweight.data(), lg.experts_gate_up.f32(), lg.experts_down.f32(),
+                         dm_.data(), la.u.data(), la.choice.data(), la.weight.data(), la.p_skip.data(),
+                         la.plan, lw.experts_gate_up, lw.experts_down, la.gu.data(), la.act.data(),
+                         la.ye.data(), T, H, I, E, c.skip_passthrough);
+
+    // Router (spec §6.13): gathered weight → logits → out_proj → GELU → fc2 → GELU → fc1 → norm → ρ.
+    route_top1_backward(dlogit.data(), dweight.data(), la.probs.data(), la.choice.data(), T, E);
+    linear_backward(dr2.data(), false, lg.router_out.f32(), nullptr, dlogit.data(), la.z2.data(),
+                    lw.router_out, T);
+    gelu_backward(dr2.data(), dr2.data(), la.pre2.data(), T * R);
+    linear_backward(dr1.data(), false, lg.router_fc2.f32(), lg.router_fc2_bias.f32(), dr2.data(),
+                    la.z1.data(), lw.router_fc2, T);
+    gelu_backward(dr1.data(), dr1.data(), la.pre1.data(), T * R);
+    linear_backward(dr2.data(), false, lg.router_fc1.f32(), lg.router_fc1_bias.f32(), dr1.data(),
+                    la.rnorm.data(), lw.router_fc1, T);
+    rmsnorm_backward(drho.data(), lg.router_norm.f32(), dr2.data(), la.rho.data(), lw.router_norm.f32(),
+                     la.rstd_router.data(), T, R, /*accumulate=*/false);
+    // EDA: ρ_i feeds block i+1 as γ_{i+1}⊙ρ_i; ρ_i = local + γ_i⊙ρ_{i−1}.
+    if (li < L - 1) {
+      for (int64_t k = 0; k < T * R; k++) drho[k] += drho_carry[k];
+    }
+    if (li > 0) {
+      const float* gamma = lw.router_eda_scale.f32();
+      float* dgamma = lg.router_eda_scale.f32();
+      const float* rho_prev = acts.layers[li - 1].rho.data();
+      for (int64_t r = 0; r < R; r++) {
+        double s = 0;
+        for (int64_t t = 0; t < T; t++) s += double(drho[t * R + r]) * rho_prev[t * R + r];
+        dgamma[r] += float(s);
+      }
+      for (int64_t t = 0; t < T; t++)
+        for (int64_t r = 0; r < R; r++) drho_carry[t * R + r] = gamma[r] * drho[t * R + r];
+    }
+    linear_backward(du.data(), true, lg.router_down.f32(), lg.router_down_bias.f32(), drho.data(),
+                    la.u.data(), lw.router_down, T);
+
+    // u = rmsnorm(y); y also feeds the post-MLP residual branch (dy holds that part).
+    rmsnorm_backward(dy.data(), lg.post_norm.f32(), du.data(), la.y.data(), lw.post_norm.f32(),
+                     la.rstd_post.data(), T, H, /*accumulate=*/true);
+    // y = (a + hb)⊙hs + (x + rb)⊙rs; dx now restarts as this block's input gradient.
+    residual_backward(da.data(), dx.data(), lg.post_attn_scale, lw.post_attn_scale, dy.data(), la.a.data(),
+                      la.x.data(), T, H);
+    // a = Ocat·W_oᵀ + b_o
+    linear_backward(docat.data(), false, lg.o_proj.f32(), opt_f32_mut(lg.o_bias), da.data(), la.ocat.data(),
+                    lw.o_proj, T);
+
+    // Attention, q/k normalisation and mixing, convolutions: per sequence row.
+    std::fill(dqk.begin(), dqk.end(), 0.f);
+    std::fill(dvals.begin(), dvals.end(), 0.f);
+    std::fill(draw.begin(), draw.end(), 0.f);
+    AttentionArgs args;
+    args.S = S;
+    args.Hq = Hq;
+    args.Hk = Hk;
+    args.d = d;
+    args.n_keys = S;
+    args.key_pos0 = 0;
+    args.key_stride = S * d;
+    args.window = c.layer_types[li] == LayerType::HybridSliding ? c.sliding_window : 0;
+    for (int64_t b = 0; b < B; b++) {
+      const int64_t o = b * S;
+      const float* qk = la.qk.data() + o * C;
+      attention_backward(dqk.data() + o * C, dqk.data() + o * C + A, dvals.data() + o * Kv,
+                         docat.data() + o * A, qk, C, qk + A, C, la.vals.data() + o * Kv, Kv,
+                         la.lse.data() + o * Hq, pos.data(),
+                         key_valid.empty() ? nullptr : key_valid.data() + o, args);
+      cca_qk_backward(dmixed.data() + o * C, draw.data() + o * C, lg.temp.f32(), dqk.data() + o * C,
+                      la.conv.data() + o * C, la.raw.data() + o * C, lw.temp.f32(), pos.data(), S, dm,
+                      c.rotary_dim(li), c.rope(li).theta);
+      // Raw frames of a fresh sequence: P zero frames, then U.
+      std::fill(frames.begin(), frames.begin() + P * C, 0.f);
+      std::memcpy(frames.data() + P * C, la.raw.data() + o * C, S * C * sizeof(float));
+      cca_conv_backward(dframes.data(), lg.conv0_w.f32(), lg.conv0_b.f32(), lg.conv1_w.f32(),
+                        lg.conv1_b.f32(), dmixed.data() + o * C, la.mid.data() + b * n_mid * C, frames.data(),
+                        lw.conv0_w.f32(), lw.conv1_w.f32(), S, dm);
+      for (int64_t k = 0; k < S * C; k++) draw[o * C + k] += dframes[P * C + k];
+
+      // Fused projection gradient [ḡU | ḡVc | ḡDv] (spec §6.10): Vd[s] = Dv[s−1], Vd[0] = b_vd (fresh).
+      const int64_t hv = Kv / 2;
+      for (int64_t s = 0; s < S; s++) {
+        float* row = dqkv.data() + (o + s) * NQ;
+        std::memcpy(row, draw.data() + (o + s) * C, C * sizeof(float));
+        std::memcpy(row + C, dvals.data() + (o + s) * Kv, hv * sizeof(float));
+        if (s + 1 < S)
+          std::memcpy(row + C + hv, dvals.data() + (o + s + 1) * Kv + hv, hv * sizeof(float));
+        else
+          std::memset(row + C + hv, 0, hv * sizeof(float));
+      }
+      if (lw.v_del_bias.data) {
+        float* db = lg.qkv_bias.f32() + C + hv;
+        for (int64_t i = 0; i < hv; i++) db[i] += dvals[o * Kv + hv + i];
+      }
+    }
+    // Without attention_bias the fused bias is a constant zero: its gradient slot is unused.
+    linear_backward(dh.data(), false, lg.qkv.f32(), c.attention_bias ? lg.qkv_bias.f32() : nullptr,
+                    dqkv.data(), la.h.data(), lw.qkv, T);
+    if (acts.zero_pads) {  // padded rows of h were zeroed in the forward: constants
+      for (int64_t t = 0; t < T; t++) {
+        if (!acts.mask[t]) std::memset(dh.data() + t * H, 0, H * sizeof(float));
+      }
+    }
+    rmsnorm_backward(dx.data(), lg.input_norm.f32(), dh.data(), la.x.data(), lw.input_norm.f32(),
+                     la.rstd_in.data(), T, H, /*accumulate=*/true);
+  }
+
+  // ---- Embedding and input scaling (spec §6.2): x0 = (e + β_in)⊙α_in ----
+  const float* alpha = w.input_scale.f32();
+  const float* beta = w.input_bias.f32();
+  float* dalpha = g.input_scale.f32();
+  float* dbeta = g.input_bias.f32();
+  float* demb = g.embed.f32();
+  std::vector<float> e(H);
+  for (int64_t t = 0; t < T; t++) {
+    const int32_t id = acts.ids[t];
+    const char* src = static_cast<const char*>(w.embed.data) + size_t(id) * H * dtype_size(w.embed.dtype);
+    convert_to_f32(e.data(), src, w.embed.dtype, H);
+    const float* gx = dx.data() + t * H;
+    for (int64_t i = 0; i < H; i++) {
+      dalpha[i] += gx[i] * (e[i] + beta[i]);
+      dbeta[i] += gx[i] * alpha[i];
+    }
+    if (id == c.pad_token_id) continue;  // padding_idx: the lookup gives the pad row no gradient
+    float* row = demb + int64_t(id) * H;
+    for (int64_t i = 0; i < H; i++) row[i] += gx[i] * alpha[i];
+  }
+  return loss_sum / double(N);
+}
+
+}  // namespace zaya

@@ -1,0 +1,39 @@
+// The ZAYA1 backward pass (spec §6): gradients of the mean cross-entropy loss with respect to every
+// parameter, from the activations a recording forward kept (ForwardOptions::record, spec §6.14).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/zaya-weights.h"
+#include "model/zaya.h"
+
+namespace zaya {
+
+// Parameter gradients, fp32, in the same structure as the weights so an optimizer can pair value and
+// gradient by name (named()). q/k/v_cur/v_del (and their biases) are views of one fused `qkv` gradient,
+// as in the weights. Tied embeddings: lm_head aliases embed, so the head gradient lands in the embedding.
+// balancing_biases are buffers: their slots exist (zeros) but never receive a gradient.
+struct ZayaGrads {
+  ZayaWeights w;
+
+  // All-zero gradients shaped for `cfg`.
+  static ZayaGrads zeros(const ZayaConfig& cfg);
+  void zero();
+  // Gradient tensors under the parameters' Hugging Face names (buffers excluded), checkpoint order.
+  std::vector<NamedParam> named(const ZayaConfig& cfg);
+};
+
+// Adds d(mean CE loss)/d(param) into `grads` (zero it first for a fresh gradient) and returns the loss.
+//   acts: recorded by zaya_forward over input ids [B, S] with a fresh cache (mask as in the forward:
+//         padded rows of the normed input get no gradient, padded keys are masked).
+//   targets[B, S]: the token each position predicts, -100 = ignored. The mean is over the counted targets
+//   (none counted: loss 0, no gradient). Throws zaya::Error for targets outside [0, V).
+// Semantics: tied embeddings get both uses; the pad_token_id row gets no gradient from the lookup (only from
+// a tied head); the skip class follows the model's semantics (native zero or legacy passthrough); the top-1
+// choice passes no gradient; EDA router states carry gradient across blocks. The [T, V] logits gradient
+// is formed one row chunk at a time.
+double zaya_backward(const ZayaModel& model, const Activations& acts, const int32_t* targets,
+                     ZayaGrads& grads);
+
+}  // namespace zaya
