@@ -128,6 +128,46 @@ TEST(Grad, ReferenceCasesMatch) {
   EXPECT_GE(cases, 3) << "expected ref_sliding_bias, ref_mha_rot25 and ref_gqa_rot1";
 }
 
+// Legacy semantics (skip passthrough) against gradients stored under legacy names: each legacy tensor is
+// mapped to its native gradient (per-expert tensors to one slice of the stacked expert gradient).
+TEST(Grad, LegacySemanticsMatchReference) {
+  const std::string dir = test::data_dir() + "/ref_legacy_8b";
+  GradRun r = run_case(dir, /*legacy=*/true, "_legacy");
+  nlohmann::json expected = test::read_json(dir + "/expected_legacy.json");
+  EXPECT_NEAR(r.loss, expected["loss"].get<double>(), 1e-5);
+  std::map<std::string, const Tensor*> by_name;
+  for (const NamedParam& p : r.grads.named(r.model.cfg)) by_name[p.name] = p.slot;
+  SafetensorsFile ref = SafetensorsFile::open(dir + "/grads_legacy.safetensors");
+  int checked = 0;
+  g_worst_abs = 0;
+  for (const std::string& legacy : ref.names()) {
+    SCOPED_TRACE(legacy);
+    std::string native;
+    int expert = -1;
+    ASSERT_TRUE(legacy_to_native_name(legacy, r.model.cfg.num_hidden_layers, &native, &expert));
+    ASSERT_TRUE(by_name.count(native)) << native;
+    const Tensor& got = *by_name[native];
+    Tensor want = ref.tensor(legacy).to(DType::F32);
+    const int64_t n = want.numel();
+    const float* a = got.f32() + (expert >= 0 ? expert * n : 0);
+    ASSERT_EQ(expert >= 0 ? n * got.dim(0) : n, got.numel());
+    const float* b = want.f32();
+    double scale = 0, worst = 0;
+    for (int64_t i = 0; i < n; i++) scale = std::max(scale, double(std::fabs(b[i])));
+    bool ok = true;
+    for (int64_t i = 0; i < n; i++) {
+      double err = std::fabs(double(a[i]) - b[i]);
+      worst = std::max(worst, err);
+      if (err > 1e-4 && err > 1e-3 * scale) ok = false;
+    }
+    g_worst_abs = std::max(g_worst_abs, worst);
+    EXPECT_TRUE(ok) << "max error " << worst << " (tensor max |g| " << scale << ")";
+    checked++;
+  }
+  EXPECT_EQ(checked, int(ref.size()));
+  std::printf("ref_legacy_8b (legacy semantics): %d gradients, max abs error %.3g\n", checked, g_worst_abs);
+}
+
 TEST(Grad, ZeroedGradientsAndNames) {
   ZayaConfig cfg = load_config(test::golden_dir() + "/config.json");
   ZayaGrads g = ZayaGrads::zeros(cfg);
