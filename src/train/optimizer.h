@@ -1,0 +1,61 @@
+// The optimizer of a training run: AdamW and Muon groups over the fp32 master weights, with fp32 state.
+//
+// State layout (for checkpoints; every tensor fp32 and shaped like its parameter unless noted):
+//   "optim.step"                      I64 [1]   updates taken so far (t of the next update is step + 1)
+//   "optim.<param name>.exp_avg"      AdamW first moment
+//   "optim.<param name>.exp_avg_sq"   AdamW second moment
+//   "optim.<param name>.momentum"     Muon momentum buffer (absent when muon.momentum == 0)
+// state_tensors() returns views of the live state (save them); load_state() copies a saved set back.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+#include "train/optim_config.h"
+#include "train/param_groups.h"
+
+namespace zaya::train {
+
+class Optimizer {
+ public:
+  // The ZAYA1 split of `params` (zaya_param_groups) with cfg's hyper-parameters. Allocates zeroed state.
+  Optimizer(const std::vector<ParamRef>& params, const OptimConfig& cfg);
+  // Explicit groups (every parameter in exactly one group), e.g. for models other than ZAYA1 or tests.
+  Optimizer(const std::vector<ParamRef>& params, std::vector<ParamGroup> groups, const OptimConfig& cfg);
+
+  // One update of every parameter from its gradient. `lr` is the scheduled learning rate; a group uses
+  // lr · lr_scale. `params` must list the same names and shapes as at construction (pointers may change).
+  void step(const std::vector<ParamRef>& params, float lr);
+
+  int64_t steps_taken() const { return steps_; }
+  const std::vector<ParamGroup>& groups() const { return groups_; }
+
+  // Views of the state (names above), in parameter order after "optim.step".
+  std::vector<std::pair<std::string, Tensor>> state_tensors();
+  // Copies a saved state back. Every expected name must be present with its dtype and shape, and no other
+  // name; errors name `what` (e.g. the checkpoint file) and every missing / unexpected / mis-shaped entry.
+  void load_state(const std::vector<std::pair<std::string, Tensor>>& saved, const std::string& what);
+  // Bytes of optimizer state (moments, momentum buffers, step counter).
+  size_t state_bytes() const;
+
+ private:
+  struct Slot {
+    std::string name;
+    Shape shape;
+    OptimKind kind;
+    Tensor exp_avg, exp_avg_sq;  // AdamW
+    Tensor momentum;             // Muon (undefined when momentum == 0)
+    float lr_scale, weight_decay;
+  };
+  OptimConfig cfg_;
+  std::vector<ParamGroup> groups_;
+  std::vector<Slot> slots_;  // one per parameter, in parameter order
+  Tensor step_tensor_;       // I64 [1], mirrors steps_ for state_tensors()
+  int64_t steps_ = 0;
+  std::vector<float> scratch_;
+};
+
+}  // namespace zaya::train
