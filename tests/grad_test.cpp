@@ -180,3 +180,52 @@ TEST(Grad, ZeroedGradientsAndNames) {
   // Tied: the head gradient is the embedding gradient.
   EXPECT_EQ(g.w.lm_head.data, g.w.embed.data);
 }
+
+namespace {
+
+// Runs the built `zaya` binary; returns the exit status, output in *out.
+int run_zaya(const std::string& args, std::string* out) {
+  std::string cmd = std::string(ZAYA_BINARY) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out->append(buf, n);
+  return pclose(p);
+}
+
+}  // namespace
+
+TEST(Grad, ForwardCommandWritesGradients) {
+  const std::string dir = test::golden_dir();
+  const std::string output = ::testing::TempDir() + "/zaya_grads_test.safetensors";
+  std::string log;
+  ASSERT_EQ(
+      run_zaya("forward --model " + dir + " --input " + dir + "/inputs.json --output " + output + " --grads",
+               &log),
+      0)
+      << log;
+  SafetensorsFile got = SafetensorsFile::open(output);
+  SafetensorsFile ref = SafetensorsFile::open(dir + "/grads.safetensors");
+  for (const std::string& name : ref.names()) {
+    SCOPED_TRACE(name);
+    ASSERT_TRUE(got.has("grad." + name));
+    Tensor a = got.tensor("grad." + name), b = ref.tensor(name);
+    ASSERT_EQ(a.shape, b.shape);
+    EXPECT_LT(test::max_abs_diff(a.f32(), b.f32(), a.numel()), 1e-4);
+  }
+  std::filesystem::remove(output);
+}
+
+TEST(Grad, ForwardCommandGradsNeedTargets) {
+  const std::string dir = test::golden_dir();
+  const std::string input = ::testing::TempDir() + "/zaya_grads_no_targets.json";
+  {
+    std::ofstream f(input);
+    f << R"({"input_ids": [[2, 5, 7]]})";
+  }
+  std::string log;
+  EXPECT_NE(run_zaya("forward --model " + dir + " --input " + input + " --output /dev/null --grads", &log),
+            0);
+  EXPECT_NE(log.find("--grads needs 'targets'"), std::string::npos) << log;
+  std::filesystem::remove(input);
+}

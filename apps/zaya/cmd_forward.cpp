@@ -8,6 +8,7 @@
 #include "io/model_inputs.h"
 #include "io/safetensors_writer.h"
 #include "kernels/loss.h"
+#include "model/zaya-backward.h"
 #include "model/zaya.h"
 
 namespace {
@@ -15,7 +16,7 @@ namespace {
 int cmd_forward(int argc, char** argv) {
   CLI::App app{"Run one forward pass over INPUTS.json and write logits/loss/router choices/hidden states"};
   std::string model_dir, input, output, dtype = "fp32";
-  bool legacy = false;
+  bool legacy = false, grads = false;
   app.add_option("--model", model_dir, "HF checkpoint directory (config.json + safetensors)")->required();
   app.add_option("--input", input, "INPUTS.json with input_ids [B][S], optional targets and attention_mask")
       ->required();
@@ -23,10 +24,15 @@ int cmd_forward(int argc, char** argv) {
   app.add_option("--dtype", dtype, "compute dtype of the GEMMs")->check(CLI::IsMember({"fp32", "bf16"}));
   app.add_flag("--legacy-semantics", legacy,
                "legacy checkpoints: skip passthrough and legacy router-norm eps");
+  app.add_flag(
+      "--grads", grads,
+      "also write grad.<hf-name> (F32) for every parameter: d(mean CE loss)/d(param), needs targets");
   CLI11_PARSE(app, argc, argv);
 
   zaya::ModelInputs in = zaya::load_model_inputs(input);
   ZAYA_CHECK(in.B > 0, input, ": 'input_ids' is required for zaya forward");
+  ZAYA_CHECK(!grads || !in.targets.empty(), input,
+             ": --grads needs 'targets' (the token each position predicts)");
   zaya::LoadOptions lo;
   lo.compute = dtype == "bf16" ? zaya::DType::BF16 : zaya::DType::F32;
   lo.legacy_semantics = legacy;
@@ -38,6 +44,8 @@ int cmd_forward(int argc, char** argv) {
   opt.tap_hidden = opt.tap_router = true;
   zaya::ForwardResult res;
   zaya::ForwardScratch scratch;
+  zaya::Activations acts;
+  if (grads) opt.record = &acts;
   zaya::zaya_forward(model, cache, in.input_ids.data(),
                      in.attention_mask.empty() ? nullptr : in.attention_mask.data(), in.B, in.S, opt, res,
                      scratch);
@@ -61,6 +69,12 @@ int cmd_forward(int argc, char** argv) {
     put("loss", zaya::DType::F32, {}, &loss);
     put("per_token_loss", zaya::DType::F32, {B, S}, per_token.data());
     std::fprintf(stderr, "loss %.6f over %ld targets\n", loss, long(count));
+  }
+  if (grads) {
+    zaya::ZayaGrads g = zaya::ZayaGrads::zeros(c);
+    zaya::zaya_backward(model, acts, in.targets.data(), g);
+    for (const zaya::NamedParam& p : g.named(c))
+      put("grad." + p.name, zaya::DType::F32, p.shape, p.slot->data);
   }
   zaya::write_safetensors(output, out, {{"format", "zaya-forward"}, {"dtype", dtype}});
   return 0;
