@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/threads.h"
 #include "kernels/gemm.h"
 
 namespace zaya::train {
@@ -65,28 +66,49 @@ float muon_update_scale(int64_t rows, int64_t cols, const MuonConfig& cfg) {
   return 1.0f;
 }
 
+namespace {
+// One matrix of muon_update: momentum, Newton–Schulz into `update` (n floats), decayed step of w.
+void muon_matrix(float* w, const float* g, float* buf, int64_t rows, int64_t cols, float decay, float step,
+                 const MuonConfig& cfg, float* update, std::vector<float>& scratch) {
+  const int64_t n = rows * cols;
+  const float mu = cfg.momentum;
+  if (mu == 0.0f) {
+    std::copy(g, g + n, update);
+  } else {
+    for (int64_t i = 0; i < n; i++) {
+      buf[i] = mu * buf[i] + g[i];
+      update[i] = cfg.nesterov ? g[i] + mu * buf[i] : buf[i];
+    }
+  }
+  newton_schulz(update, rows, cols, cfg, scratch);
+  for (int64_t i = 0; i < n; i++) w[i] = w[i] * decay - step * update[i];
+}
+
+// Below this many elements per matrix one thread per matrix beats all threads on each matrix's small GEMMs.
+constexpr int64_t kPerThreadMatrixElements = 256 * 256;
+}  // namespace
+
 void muon_update(float* value, const float* grad, float* momentum, int64_t batch, int64_t rows, int64_t cols,
                  float lr, float weight_decay, const MuonConfig& cfg, std::vector<float>& scratch) {
   const int64_t n = rows * cols;
-  const float mu = cfg.momentum;
   const float decay = 1.0f - lr * weight_decay;
   const float step = lr * muon_update_scale(rows, cols, cfg);
-  std::vector<float> update(static_cast<size_t>(n));
-  for (int64_t e = 0; e < batch; e++) {
-    const float* g = grad + e * n;
-    float* w = value + e * n;
-    if (mu == 0.0f) {
-      std::copy(g, g + n, update.data());
-    } else {
-      float* buf = momentum + e * n;
-      for (int64_t i = 0; i < n; i++) {
-        buf[i] = mu * buf[i] + g[i];
-        update[i] = cfg.nesterov ? g[i] + mu * buf[i] : buf[i];
-      }
+  auto buf_of = [&](int64_t e) { return cfg.momentum == 0.0f ? nullptr : momentum + e * n; };
+  if (batch > 1 && n <= kPerThreadMatrixElements && threads_here() > 1) {
+    // Small expert matrices: each thread orthogonalises whole matrices (gemm() then runs on its thread).
+#pragma omp parallel
+    {
+      std::vector<float> update(static_cast<size_t>(n)), local_scratch;
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t e = 0; e < batch; e++)
+        muon_matrix(value + e * n, grad + e * n, buf_of(e), rows, cols, decay, step, cfg, update.data(),
+                    local_scratch);
     }
-    newton_schulz(update.data(), rows, cols, cfg, scratch);
-    for (int64_t i = 0; i < n; i++) w[i] = w[i] * decay - step * update[i];
+    return;
   }
+  std::vector<float> update(static_cast<size_t>(n));
+  for (int64_t e = 0; e < batch; e++)
+    muon_matrix(value + e * n, grad + e * n, buf_of(e), rows, cols, decay, step, cfg, update.data(), scratch);
 }
 
 }  // namespace zaya::train
