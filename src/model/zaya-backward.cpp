@@ -7,8 +7,11 @@
 #include "core/profile.h"
 #include "kernels/attention.h"
 #include "kernels/cca.h"
+#include "kernels/delayed_values.h"
 #include "kernels/elementwise.h"
+#include "kernels/embedding.h"
 #include "kernels/gemm.h"
+#include "kernels/linear_backward.h"
 #include "kernels/loss.h"
 #include "kernels/moe.h"
 #include "kernels/norm.h"
@@ -72,20 +75,6 @@ const float* opt_f32(const Tensor& t) {
 }
 float* opt_f32_mut(Tensor& t) {
   return t.data ? t.f32() : nullptr;
-}
-
-// Backward of y[M,N] = x[M,K]·W[N,K]ᵀ (+ b): dx[M,K] (+)= dy·W (dx nullable), dW[N,K] += dyᵀ·x,
-// db[N] += Σ_rows dy (db nullable).
-void linear_backward(float* dx, bool accumulate, float* dW, float* db, const float* dy, const float* x,
-                     const Tensor& W, int64_t M) {
-  const int64_t N = W.dim(0), K = W.dim(1);
-  if (dx) gemm(M, K, N, 1.f, mat(dy, N), mat(W, K), accumulate ? 1.f : 0.f, dx, K);
-  gemm(N, K, M, 1.f, mat(dy, N, /*trans=*/true), mat(x, K), 1.f, dW, K);
-  if (db) {
-    for (int64_t m = 0; m < M; m++) {
-      for (int64_t n = 0; n < N; n++) db[n] += dy[m * N + n];
-    }
-  }
 }
 
 void residual_backward(float* d_o, float* d_r, ResidualScaleWeights& g, const ResidualScaleWeights& w,
@@ -252,19 +241,11 @@ double zaya_backward(const ZayaModel& model, const Activations& acts, const int3
 
       // Fused projection gradient [ḡU | ḡVc | ḡDv] (spec §6.10): Vd[s] = Dv[s−1], Vd[0] = b_vd (fresh).
       const int64_t hv = Kv / 2;
-      for (int64_t s = 0; s < S; s++) {
-        float* row = dqkv.data() + (o + s) * NQ;
-        std::memcpy(row, draw.data() + (o + s) * C, C * sizeof(float));
-        std::memcpy(row + C, dvals.data() + (o + s) * Kv, hv * sizeof(float));
-        if (s + 1 < S)
-          std::memcpy(row + C + hv, dvals.data() + (o + s + 1) * Kv + hv, hv * sizeof(float));
-        else
-          std::memset(row + C + hv, 0, hv * sizeof(float));
-      }
-      if (lw.v_del_bias.data) {
-        float* db = lg.qkv_bias.f32() + C + hv;
-        for (int64_t i = 0; i < hv; i++) db[i] += dvals[o * Kv + hv + i];
-      }
+      for (int64_t s = 0; s < S; s++)
+        std::memcpy(dqkv.data() + (o + s) * NQ, draw.data() + (o + s) * C, C * sizeof(float));
+      delayed_values_backward(dqkv.data() + o * NQ + C, dqkv.data() + o * NQ + C + hv, NQ,
+                              lw.v_del_bias.data ? lg.qkv_bias.f32() + C + hv : nullptr,
+                              dvals.data() + o * Kv, S, hv);
     }
     // Without attention_bias the fused bias is a constant zero: its gradient slot is unused.
     linear_backward(dh.data(), false, lg.qkv.f32(), c.attention_bias ? lg.qkv_bias.f32() : nullptr,
@@ -279,25 +260,8 @@ double zaya_backward(const ZayaModel& model, const Activations& acts, const int3
   }
 
   // ---- Embedding and input scaling (spec §6.2): x0 = (e + β_in)⊙α_in ----
-  const float* alpha = w.input_scale.f32();
-  const float* beta = w.input_bias.f32();
-  float* dalpha = g.input_scale.f32();
-  float* dbeta = g.input_bias.f32();
-  float* demb = g.embed.f32();
-  std::vector<float> e(H);
-  for (int64_t t = 0; t < T; t++) {
-    const int32_t id = acts.ids[t];
-    const char* src = static_cast<const char*>(w.embed.data) + size_t(id) * H * dtype_size(w.embed.dtype);
-    convert_to_f32(e.data(), src, w.embed.dtype, H);
-    const float* gx = dx.data() + t * H;
-    for (int64_t i = 0; i < H; i++) {
-      dalpha[i] += gx[i] * (e[i] + beta[i]);
-      dbeta[i] += gx[i] * alpha[i];
-    }
-    if (id == c.pad_token_id) continue;  // padding_idx: the lookup gives the pad row no gradient
-    float* row = demb + int64_t(id) * H;
-    for (int64_t i = 0; i < H; i++) row[i] += gx[i] * alpha[i];
-  }
+  embedding_backward(g.embed.f32(), g.input_scale.f32(), g.input_bias.f32(), dx.data(), acts.ids.data(), T,
+                     w.embed, w.input_scale.f32(), w.input_bias.f32(), c.pad_token_id);
   return loss_sum / double(N);
 }
 
