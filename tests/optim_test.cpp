@@ -135,6 +135,30 @@ TEST(Muon, NewtonSchulzNearlyOrthogonalises) {
   }
 }
 
+TEST(Muon, RmsMatchRules) {
+  MuonConfig cfg;
+  EXPECT_NEAR(muon_update_scale(64, 256, cfg), 0.2f * 16.0f, 1e-5);  // Moonlight: 0.2·sqrt(max)
+  cfg.rms_match_scale = 0.4f;
+  EXPECT_NEAR(muon_update_scale(256, 64, cfg), 0.4f * 16.0f, 1e-5);
+  cfg.rms_match = RmsMatch::KellerJordan;  // sqrt(max(1, rows/cols))
+  EXPECT_NEAR(muon_update_scale(256, 64, cfg), 2.0f, 1e-6);
+  EXPECT_NEAR(muon_update_scale(64, 256, cfg), 1.0f, 1e-6);
+  cfg.rms_match = RmsMatch::None;
+  EXPECT_EQ(muon_update_scale(256, 64, cfg), 1.0f);
+  // Moonlight's rule makes the update RMS ≈ rms_match_scale: the orthogonalised matrix has RMS
+  // ≈ 1/sqrt(max dim) (singular values ≈ 1 on the short side).
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  std::vector<float> x(64 * 256), scratch;
+  for (float& v : x) v = normal(rng);
+  newton_schulz(x.data(), 64, 256, MuonConfig{}, scratch);
+  double sum_sq = 0;
+  for (float v : x) sum_sq += double(v) * v;
+  const double update_rms = 0.2 * 16.0 * std::sqrt(sum_sq / double(x.size()));
+  EXPECT_GT(update_rms, 0.14);
+  EXPECT_LT(update_rms, 0.22);
+}
+
 TEST(Muon, ZeroMomentumUsesTheGradient) {
   MuonConfig cfg;
   cfg.momentum = 0;  // the ZAYA1 RL setting
@@ -445,10 +469,14 @@ std::vector<double> simulate(const BalancerConfig& cfg, int steps, std::vector<s
   };
   count_all();
   if (initial) *initial = router_load_entropy(counts.data(), 2, E);
+  int first_balanced = -1;
   for (int s = 0; s < steps; s++) {
     ctl.update(counts.data(), {bias[0].data(), bias[1].data()});
     count_all();
+    std::vector<double> h = router_load_entropy(counts.data(), 2, E);
+    if (first_balanced < 0 && std::min(h[0], h[1]) >= 0.95 * std::log(double(E))) first_balanced = s + 1;
   }
+  std::printf("  balancer: entropy >= 0.95 ln E in both layers after %d steps\n", first_balanced);
   EXPECT_EQ(ctl.steps_taken(), steps);
   return router_load_entropy(counts.data(), 2, E);
 }
