@@ -100,9 +100,9 @@ TEST(BpeTrainer, FirstMergesByCountThenPairOrder) {
   nlohmann::json j = nlohmann::json::parse(train_json({"aaabdaaabac"}, 260 + 3, 1));
   auto merges = j["model"]["merges"];
   ASSERT_EQ(merges.size(), 3u);
-  EXPECT_EQ(merges[0], nlohmann::json::array({"a", "a"}));
-  EXPECT_EQ(merges[1], nlohmann::json::array({"a", "b"}));
-  EXPECT_EQ(merges[2], nlohmann::json::array({"aa", "ab"}));
+  EXPECT_EQ(merges[0], "a a");
+  EXPECT_EQ(merges[1], "a b");
+  EXPECT_EQ(merges[2], "aa ab");
   EXPECT_EQ(j["model"]["vocab"]["aaab"], 262);
   EXPECT_EQ(j["model"]["vocab"]["<pad>"], 0);
   EXPECT_EQ(j["model"]["vocab"]["<eos>"], 1);
@@ -131,7 +131,8 @@ TEST(BpeTrainer, BrownTrainLoadRoundTrip) {
   std::string text;
   for (auto& d : held_out) text += d;
   text +=
-      "\nunicode: héllo wörld ☃ 日本語テキスト 🙂 ▁marker\x01\x02\x7f\t\r\n  spaces   and\ttabs "
+      "\nunicode: héllo wörld ☃ 日本語テキスト 🙂 ▁marker\x01\x02\x7f\t\r\n  spaces   "
+      "and\ttabs "
       "12345 "
       "$9.99";
   std::vector<int32_t> ids = tok.encode(text);

@@ -12,6 +12,7 @@
 #include "data/corpus.h"
 #include "tokenizer/bpe_trainer.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/utf8.h"
 
 namespace {
 
@@ -51,8 +52,11 @@ int cmd_tokenizer(int argc, char** argv) {
   std::string doc;
   uint64_t docs = 0;
   while ((max_bytes == 0 || trainer.bytes_added() < max_bytes) && reader.next(doc)) {
-    if (max_bytes && trainer.bytes_added() + doc.size() > max_bytes)
+    // The last document is cut to the limit, at a character boundary (a cut character would train U+FFFD).
+    if (max_bytes && trainer.bytes_added() + doc.size() > max_bytes) {
       doc.resize(max_bytes - trainer.bytes_added());
+      doc.resize(zaya::utf8_complete_prefix(doc));
+    }
     trainer.add_text(doc);
     docs++;
   }

@@ -219,8 +219,8 @@ std::string BpeTrainer::train() {
   out += "\n    },\n    \"merges\": [";
   for (size_t i = 0; i < merges.size(); i++) {
     out += i ? ",\n      " : "\n      ";
-    out +=
-        "[" + json_string(printable(merges[i].first)) + ", " + json_string(printable(merges[i].second)) + "]";
+    // "left right": byte-level tokens never hold a space, and every tokenizers version reads this form.
+    out += json_string(printable(merges[i].first) + " " + printable(merges[i].second));
   }
   out += "\n    ]\n  }\n}\n";
   stats_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
