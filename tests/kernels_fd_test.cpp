@@ -1,0 +1,522 @@
+// Finite-difference checks of every backward kernel (spec §6) against its forward.
+//
+// Method: each forward is reduced to a scalar objective f = Σ r ⊙ out with a fixed random r, accumulated in
+// double; the analytic gradient is the backward kernel run with ḡout = r. Central differences
+// (f(x+h) − f(x−h)) / 2h are taken for every input entry.
+//
+// Tolerance (the kernels compute in fp32, only the objective and the differences are double):
+//   rounding: an fp32 forward perturbs f by about 1e-7·Σ|r·out| ≈ 1e-6 for these sizes, so the difference
+//             quotient carries ≈ 1e-6 / 2h = 5e-5 of noise at h = 1e-2;
+//   truncation: O(h²·f''') ≈ 1e-4 for O(1) inputs.
+// Hence |fd − analytic| ≤ 1e-3 + 1e-2·|analytic| (atol, rtol) unless a test says otherwise. The QK-norm clamp
+// branch uses inputs of size 1e-9 (below ε_q) with h = 1e-11 and a tolerance relative to the largest
+// gradient.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/tensor.h"
+#include "kernels/attention.h"
+#include "kernels/cca.h"
+#include "kernels/delayed_values.h"
+#include "kernels/elementwise.h"
+#include "kernels/embedding.h"
+#include "kernels/linear_backward.h"
+#include "kernels/loss.h"
+#include "kernels/moe.h"
+#include "kernels/norm.h"
+
+using namespace zaya;
+
+namespace {
+
+std::mt19937 g_rng(1234);
+
+std::vector<float> randn(int64_t n, float scale = 1.f) {
+  std::normal_distribution<float> dist(0.f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(g_rng);
+  return v;
+}
+
+double dot(const float* a, const std::vector<float>& r) {
+  double s = 0;
+  for (size_t i = 0; i < r.size(); i++) s += double(a[i]) * r[i];
+  return s;
+}
+
+struct FdTol {
+  double h = 1e-2;
+  double atol = 1e-3;
+  double rtol = 1e-2;
+};
+
+// Compares analytic[i] with the central difference of f() in x[i], i < n. `skip` (nullable) exempts entries.
+void fd_check(const std::string& what, float* x, const float* analytic, int64_t n,
+              const std::function<double()>& f, const FdTol& tol = {},
+              const std::function<bool(int64_t)>& skip = nullptr) {
+  SCOPED_TRACE(what);
+  int failures = 0;
+  for (int64_t i = 0; i < n; i++) {
+    if (skip && skip(i)) continue;
+    const float x0 = x[i];
+    x[i] = float(x0 + tol.h);
+    const double hp = double(x[i]) - x0;  // the step actually taken in fp32
+    const double fp = f();
+    x[i] = float(x0 - tol.h);
+    const double hm = x0 - double(x[i]);
+    const double fm = f();
+    x[i] = x0;
+    const double fd = (fp - fm) / (hp + hm);
+    const double err = std::fabs(fd - analytic[i]);
+    if (err > tol.atol + tol.rtol * std::fabs(analytic[i]) && failures++ < 5)
+      ADD_FAILURE() << what << "[" << i << "]: analytic " << analytic[i] << ", finite difference " << fd;
+  }
+}
+
+void fd_check(const std::string& what, std::vector<float>& x, const std::vector<float>& analytic,
+              const std::function<double()>& f, const FdTol& tol = {},
+              const std::function<bool(int64_t)>& skip = nullptr) {
+  ASSERT_EQ(x.size(), analytic.size());
+  fd_check(what, x.data(), analytic.data(), int64_t(x.size()), f, tol, skip);
+}
+
+Tensor tensor_from(const std::vector<float>& v, const Shape& shape) {
+  Tensor t = Tensor::empty(DType::F32, shape);
+  std::memcpy(t.data, v.data(), v.size() * sizeof(float));
+  return t;
+}
+
+}  // namespace
+
+// ---- Norms and element-wise ops ----
+
+TEST(KernelsFd, RmsNorm) {
+  const int64_t N = 3, D = 8;
+  const float eps = 1e-5f;
+  auto x = randn(N * D), g = randn(N * D / N), r = randn(N * D);
+  std::vector<float> out(N * D), rstd(N), dx(N * D), dg(D, 0.f);
+  auto f = [&] {
+    rmsnorm_forward(out.data(), rstd.data(), x.data(), g.data(), N, D, eps);
+    return dot(out.data(), r);
+  };
+  f();
+  rmsnorm_backward(dx.data(), dg.data(), r.data(), x.data(), g.data(), rstd.data(), N, D, false);
+  fd_check("x", x, dx, f);
+  fd_check("g", g, dg, f);
+}
+
+TEST(KernelsFd, ResidualScale) {
+  const int64_t N = 3, H = 5;
+  auto o = randn(N * H), res = randn(N * H), hb = randn(H), hs = randn(H), rb = randn(H), rs = randn(H),
+       r = randn(N * H);
+  std::vector<float> out(N * H), d_o(N * H), d_r(N * H), dhb(H, 0.f), dhs(H, 0.f), drb(H, 0.f), drs(H, 0.f);
+  auto f = [&] {
+    residual_scale_forward(out.data(), o.data(), res.data(), hb.data(), hs.data(), rb.data(), rs.data(), N,
+                           H);
+    return dot(out.data(), r);
+  };
+  residual_scale_backward(d_o.data(), d_r.data(), dhb.data(), dhs.data(), drb.data(), drs.data(), r.data(),
+                          o.data(), res.data(), hb.data(), hs.data(), rb.data(), rs.data(), N, H, false);
+  fd_check("o", o, d_o, f);
+  fd_check("r", res, d_r, f);
+  fd_check("hidden_bias", hb, dhb, f);
+  fd_check("hidden_scale", hs, dhs, f);
+  fd_check("residual_bias", rb, drb, f);
+  fd_check("residual_scale", rs, drs, f);
+  // accumulate_dr adds into d_r (the block input feeds two consumers).
+  std::vector<float> acc(N * H, 1.f);
+  residual_scale_backward(d_o.data(), acc.data(), dhb.data(), dhs.data(), drb.data(), drs.data(), r.data(),
+                          o.data(), res.data(), hb.data(), hs.data(), rb.data(), rs.data(), N, H, true);
+  for (int64_t i = 0; i < N * H; i++) EXPECT_FLOAT_EQ(acc[i], 1.f + d_r[i]);
+}
+
+TEST(KernelsFd, GeluExactErf) {
+  const int64_t n = 24;
+  std::vector<float> x(n), r = randn(n), dx(n), y(n);
+  for (int64_t i = 0; i < n; i++) x[i] = -4.f + 8.f * float(i) / float(n - 1);
+  auto f = [&] {
+    y = x;
+    gelu_forward(y.data(), n);
+    return dot(y.data(), r);
+  };
+  gelu_backward(dx.data(), r.data(), x.data(), n);
+  fd_check("x", x, dx, f);
+}
+
+TEST(KernelsFd, SwiGlu) {
+  const int64_t N = 3, I = 4;
+  auto gu = randn(N * 2 * I, 1.5f), r = randn(N * I);
+  std::vector<float> out(N * I), dgu(N * 2 * I);
+  auto f = [&] {
+    swiglu_forward(out.data(), gu.data(), N, I);
+    return dot(out.data(), r);
+  };
+  swiglu_backward(dgu.data(), r.data(), gu.data(), N, I);
+  fd_check("gate_up", gu, dgu, f);
+}
+
+TEST(KernelsFd, Softmax) {
+  const int64_t N = 3, D = 6;
+  auto x = randn(N * D, 2.f), r = randn(N * D);
+  std::vector<float> y(N * D), dx(N * D);
+  auto f = [&] {
+    y = x;
+    softmax_forward(y.data(), N, D);
+    return dot(y.data(), r);
+  };
+  f();
+  softmax_backward(dx.data(), r.data(), y.data(), N, D);
+  fd_check("x", x, dx, f);
+}
+
+// Router top-1 weight gather (spec §6.13): w = softmax(ℓ)[K] with the choice K held fixed; a native skip has
+// the constant weight 0.
+TEST(KernelsFd, RouterTop1Gather) {
+  const int64_t T = 5, E = 3;
+  auto logits = randn(T * (E + 1), 1.5f), r = randn(T);
+  logits[2 * (E + 1) + E] = 4.f;  // token 2 routes to the skip class
+  std::vector<float> bias = {0.f, 0.1f, -0.1f, 0.f};
+  std::vector<float> probs(T * (E + 1)), weight(T), dlogits(T * (E + 1));
+  std::vector<int32_t> choice(T);
+  probs = logits;
+  softmax_forward(probs.data(), T, E + 1);
+  route_top1(choice.data(), weight.data(), probs.data(), bias.data(), T, E);
+  ASSERT_EQ(choice[2], E);
+  std::vector<float> dweight(T);
+  for (int64_t t = 0; t < T; t++) dweight[t] = choice[t] == E ? 0.f : r[t];
+  auto f = [&] {
+    std::vector<float> p = logits;
+    softmax_forward(p.data(), T, E + 1);
+    double s = 0;
+    for (int64_t t = 0; t < T; t++)
+      if (choice[t] < E) s += double(r[t]) * p[t * (E + 1) + choice[t]];
+    return s;
+  };
+  route_top1_backward(dlogits.data(), dweight.data(), probs.data(), choice.data(), T, E);
+  fd_check("logits", logits, dlogits, f);
+  for (int64_t j = 0; j <= E; j++) EXPECT_EQ(dlogits[2 * (E + 1) + j], 0.f);
+}
+
+// Cross-entropy with the LM head (spec §6.1): mean CE of z·Wᵀ + b over counted targets.
+TEST(KernelsFd, CrossEntropyWithHead) {
+  const int64_t N = 4, H = 6, V = 7;
+  auto z = randn(N * H), W = randn(V * H), b = randn(V);
+  std::vector<int32_t> targets = {3, -100, 0, 6};
+  std::vector<float> logits(N * V), dz(N * H), db(V, 0.f);
+  Tensor Wt = tensor_from(W, {V, H});
+  auto head = [&] {
+    for (int64_t n = 0; n < N; n++)
+      for (int64_t v = 0; v < V; v++) {
+        double s = b[v];
+        for (int64_t i = 0; i < H; i++) s += double(z[n * H + i]) * Wt.f32()[v * H + i];
+        logits[n * V + v] = float(s);
+      }
+  };
+  auto f = [&] {
+    head();
+    int64_t count = 0;
+    return cross_entropy_forward(nullptr, logits.data(), targets.data(), N, V, &count);
+  };
+  head();
+  int64_t count = 0;
+  std::vector<float> dlogits(N * V);
+  double sum = cross_entropy_backward(dlogits.data(), logits.data(), targets.data(), N, V, 1.f / 3.f, &count);
+  EXPECT_EQ(count, 3);
+  EXPECT_NEAR(sum / 3.0, f(), 1e-6);
+  for (int64_t v = 0; v < V; v++) EXPECT_EQ(dlogits[1 * V + v], 0.f);  // ignored row
+  std::vector<float> dW(V * H, 0.f);
+  linear_backward(dz.data(), false, dW.data(), db.data(), dlogits.data(), z.data(), Wt, N);
+  fd_check("z", z, dz, f);
+  fd_check("W", Wt.f32(), dW.data(), V * H, f);
+  fd_check("b", b, db, f);
+  std::vector<int32_t> bad = {7, 0, 0, 0};
+  EXPECT_THROW(cross_entropy_backward(dlogits.data(), logits.data(), bad.data(), N, V, 1.f, nullptr), Error);
+}
+
+// Embedding + input scaling with the padding_idx rule (spec §6.2).
+TEST(KernelsFd, EmbeddingPadRow) {
+  const int64_t V = 6, H = 4, T = 5, pad = 0;
+  auto emb = randn(V * H), alpha = randn(H), beta = randn(H), r = randn(T * H);
+  std::vector<int32_t> ids = {2, 0, 5, 2, 0};  // repeats and the pad id
+  Tensor E = tensor_from(emb, {V, H});
+  auto f = [&] {
+    double s = 0;
+    for (int64_t t = 0; t < T; t++)
+      for (int64_t i = 0; i < H; i++)
+        s += double(r[t * H + i]) * ((E.f32()[ids[t] * H + i] + beta[i]) * alpha[i]);
+    return s;
+  };
+  std::vector<float> demb(V * H, 0.f), dalpha(H, 0.f), dbeta(H, 0.f);
+  embedding_backward(demb.data(), dalpha.data(), dbeta.data(), r.data(), ids.data(), T, E, alpha.data(),
+                     beta.data(), pad);
+  fd_check("embed (rows other than pad)", E.f32(), demb.data(), V * H, f, {},
+           [&](int64_t i) { return i / H == pad; });
+  for (int64_t i = 0; i < H; i++) EXPECT_EQ(demb[pad * H + i], 0.f) << "pad row gets no lookup gradient";
+  fd_check("input_scale", alpha, dalpha, f);
+  fd_check("input_bias", beta, dbeta, f);
+}
+
+// ---- CCA pieces ----
+
+TEST(KernelsFd, PartialRope) {
+  for (int64_t r_dim : {4, 8}) {
+    const int64_t d = 8, pos = 37;
+    std::vector<float> inv(r_dim / 2);
+    rope_inv_freq(inv.data(), r_dim, 1e4);
+    auto x = randn(d), r = randn(d);
+    auto f = [&] {
+      std::vector<float> y = x;
+      rope_apply(y.data(), pos, r_dim, inv.data());
+      return dot(y.data(), r);
+    };
+    std::vector<float> g = r;
+    rope_apply_inverse(g.data(), pos, r_dim, inv.data());
+    fd_check("x, rotary_dim " + std::to_string(r_dim), x, g, f);
+  }
+}
+
+namespace {
+
+// cca_qk_forward (mixing, QK norm with temperature, RoPE) against cca_qk_backward for one configuration.
+void check_cca_qk(const CcaDims& dm, int64_t rotary, float scale, const FdTol& tol, bool expect_clamped) {
+  const int64_t S = 3, C = dm.C();
+  auto conv = randn(S * C, scale), raw = randn(S * C, scale), temp = randn(dm.Hk), r = randn(S * C);
+  std::vector<int64_t> pos = {5, 6, 7};
+  const double theta = 1e4;
+  std::vector<float> out(S * C);
+  auto f = [&] {
+    out = conv;
+    cca_qk_forward(out.data(), raw.data(), temp.data(), pos.data(), S, dm, rotary, theta);
+    return dot(out.data(), r);
+  };
+  std::vector<float> dmixed(S * C), draw(S * C, 0.f), dtemp(dm.Hk, 0.f);
+  cca_qk_backward(dmixed.data(), draw.data(), dtemp.data(), r.data(), conv.data(), raw.data(), temp.data(),
+                  pos.data(), S, dm, rotary, theta);
+  FdTol t = tol;
+  if (expect_clamped) {  // gradients ~ √d/ε_q: tolerance relative to the largest one
+    double mx = 0;
+    for (float v : dmixed) mx = std::max(mx, double(std::fabs(v)));
+    t.atol = 1e-3 * mx;
+  }
+  fd_check("conv (ḡQ̃|ḡK̃)", conv, dmixed, f, t);
+  fd_check("raw (mixing)", raw, draw, f, t);
+  fd_check("temp", temp, dtemp, f, tol);
+}
+
+}  // namespace
+
+TEST(KernelsFd, CcaQkNormGqa) {
+  check_cca_qk({4, 2, 8, 2, 2}, /*rotary=*/4, 1.f, {}, false);
+}
+
+TEST(KernelsFd, CcaQkNormMhaFullRotary) {
+  check_cca_qk({2, 2, 8, 2, 2}, /*rotary=*/8, 1.f, {}, false);
+}
+
+// Every head vector below ε_q = 1.19e-7 in norm: the clamp branch ḡv = (τ√d/ε_q)·ḡ (spec §6.7).
+TEST(KernelsFd, CcaQkNormClampBranch) {
+  FdTol tol;
+  tol.h = 1e-11;
+  tol.rtol = 1e-2;
+  tol.atol = 1e-3;
+  check_cca_qk({4, 2, 8, 2, 2}, /*rotary=*/4, 1e-9f, tol, true);
+}
+
+namespace {
+
+void check_cca_conv(const CcaDims& dm, int64_t S, bool cached_frames) {
+  SCOPED_TRACE("t0 " + std::to_string(dm.t0) + " t1 " + std::to_string(dm.t1) + " S " + std::to_string(S));
+  const int64_t C = dm.C(), P = dm.P(), d = dm.d;
+  auto frames = randn((P + S) * C);
+  if (!cached_frames) std::fill(frames.begin(), frames.begin() + P * C, 0.f);
+  auto w0 = randn(C * dm.t0), b0 = randn(C), w1 = randn(C * d * dm.t1, 0.5f), b1 = randn(C), r = randn(S * C);
+  std::vector<float> out(S * C), mid((S + dm.t1 - 1) * C);
+  auto f = [&] {
+    cca_conv_forward(out.data(), mid.data(), frames.data(), w0.data(), b0.data(), w1.data(), b1.data(), S,
+                     dm);
+    return dot(out.data(), r);
+  };
+  f();
+  std::vector<float> dframes((P + S) * C), dw0(w0.size(), 0.f), db0(C, 0.f), dw1(w1.size(), 0.f), db1(C, 0.f);
+  cca_conv_backward(dframes.data(), dw0.data(), db0.data(), dw1.data(), db1.data(), r.data(), mid.data(),
+                    frames.data(), w0.data(), w1.data(), S, dm);
+  fd_check("frames", frames, dframes, f);
+  fd_check("w0", w0, dw0, f);
+  fd_check("b0 (incl. the σ < 0 intermediates)", b0, db0, f);
+  fd_check("w1", w1, dw1, f);
+  fd_check("b1", b1, db1, f);
+}
+
+}  // namespace
+
+TEST(KernelsFd, CcaConvShortChunk) {
+  check_cca_conv({2, 1, 4, 3, 2}, 5, false);
+  check_cca_conv({2, 1, 4, 2, 3}, 5, true);
+  check_cca_conv({2, 1, 4, 1, 2}, 4, false);
+}
+
+TEST(KernelsFd, CcaConvGemmPath) {
+  check_cca_conv({2, 2, 4, 2, 2}, 17, false);  // S >= 16: the forward's per-group GEMMs
+}
+
+TEST(KernelsFd, DelayedValuesSeed) {
+  const int64_t S = 4, half = 3, Kv = 2 * half;
+  auto vc = randn(S * half), dv = randn(S * half), seed = randn(half), r = randn(S * Kv);
+  auto f = [&] {
+    double s = 0;
+    for (int64_t t = 0; t < S; t++)
+      for (int64_t i = 0; i < half; i++) {
+        s += double(r[t * Kv + i]) * vc[t * half + i];
+        s += double(r[t * Kv + half + i]) * (t > 0 ? dv[(t - 1) * half + i] : seed[i]);
+      }
+    return s;
+  };
+  std::vector<float> dvc(S * half), ddv(S * half), dseed(half, 0.f);
+  delayed_values_backward(dvc.data(), ddv.data(), half, dseed.data(), r.data(), S, half);
+  fd_check("v_current", vc, dvc, f);
+  fd_check("v_delayed (Dv)", dv, ddv, f);
+  fd_check("seed = b_vd at t = 0", seed, dseed, f);
+}
+
+// ---- Attention ----
+
+namespace {
+
+void check_attention(int64_t Hq, int64_t Hk, int64_t d, int64_t S, int64_t window, bool pad_first_keys) {
+  SCOPED_TRACE("Hq " + std::to_string(Hq) + " Hk " + std::to_string(Hk) + " S " + std::to_string(S) + " W " +
+               std::to_string(window) + (pad_first_keys ? " padded" : ""));
+  const int64_t A = Hq * d, Kv = Hk * d;
+  auto q = randn(S * A), k = randn(S * Kv), v = randn(S * Kv), r = randn(S * A);
+  std::vector<int64_t> pos(S);
+  for (int64_t s = 0; s < S; s++) pos[s] = s;
+  std::vector<uint8_t> valid(S, 1);
+  if (pad_first_keys) valid[0] = valid[1] = 0;
+  AttentionArgs a;
+  a.S = S;
+  a.Hq = Hq;
+  a.Hk = Hk;
+  a.d = d;
+  a.n_keys = S;
+  a.key_pos0 = 0;
+  a.key_stride = S * d;
+  a.window = window;
+  std::vector<float> out(S * A), lse(S * Hq), kh(Hk * S * d), vh(Hk * S * d);
+  auto f = [&] {
+    // The forward reads head-major [Hk, S, d] keys and values (the cache layout).
+    for (int64_t j = 0; j < Hk; j++)
+      for (int64_t s = 0; s < S; s++)
+        for (int64_t i = 0; i < d; i++) {
+          kh[(j * S + s) * d + i] = k[s * Kv + j * d + i];
+          vh[(j * S + s) * d + i] = v[s * Kv + j * d + i];
+        }
+    attention_forward(out.data(), lse.data(), q.data(), A, kh.data(), vh.data(), pos.data(), valid.data(), a);
+    return dot(out.data(), r);
+  };
+  f();
+  std::vector<float> dq(S * A, 0.f), dk(S * Kv, 0.f), dv(S * Kv, 0.f);
+  attention_backward(dq.data(), dk.data(), dv.data(), r.data(), q.data(), A, k.data(), Kv, v.data(), Kv,
+                     lse.data(), pos.data(), valid.data(), a);
+  fd_check("q", q, dq, f);
+  fd_check("k", k, dk, f);
+  fd_check("v", v, dv, f);
+}
+
+}  // namespace
+
+TEST(KernelsFd, AttentionCausalGqa) {
+  check_attention(4, 2, 8, 6, 0, false);
+}
+
+TEST(KernelsFd, AttentionSlidingMha) {
+  check_attention(2, 2, 8, 7, 3, false);
+}
+
+TEST(KernelsFd, AttentionPaddedKeys) {
+  check_attention(4, 2, 4, 6, 0, true);  // queries 0 and 1 see no key: zero output, no gradient
+}
+
+TEST(KernelsFd, AttentionBlockedPathSlidingGqa) {
+  check_attention(2, 1, 4, 36, 5, true);  // S >= 32: the forward's blocked GEMM path
+}
+
+// ---- Experts over sorted tokens, skip class ----
+
+namespace {
+
+void check_experts(bool passthrough) {
+  SCOPED_TRACE(passthrough ? "legacy passthrough" : "native skip");
+  const int64_t T = 7, H = 4, I = 3, E = 3;
+  auto u = randn(T * H), r = randn(T * H);
+  std::vector<int32_t> choice = {0, 2, 3, 0, 2, 3, 0};  // expert 1 unused, tokens 2 and 5 skip
+  std::vector<float> weight = {0.3f, 0.5f, 0.f, 0.7f, 0.2f, 0.f, 0.4f};
+  std::vector<float> p_skip = {0.1f, 0.2f, 0.6f, 0.1f, 0.3f, 0.45f, 0.2f};
+  Tensor gate_up = tensor_from(randn(E * 2 * I * H), {E, 2 * I, H});
+  Tensor down = tensor_from(randn(E * H * I), {E, H, I});
+  ExpertPlan plan = plan_experts(choice.data(), T, E);
+  MoeScratch sc;
+  std::vector<float> out(T * H);
+  auto f = [&] {
+    moe_experts_forward(out.data(), u.data(), choice.data(), weight.data(), p_skip.data(), plan, gate_up,
+                        down, T, H, I, E, passthrough, sc);
+    return dot(out.data(), r);
+  };
+  f();
+  std::vector<float> du(T * H, 0.f), dweight(T), dgu(E * 2 * I * H, 0.f), ddown(E * H * I, 0.f);
+  moe_experts_backward(du.data(), dweight.data(), dgu.data(), ddown.data(), r.data(), u.data(), choice.data(),
+                       weight.data(), p_skip.data(), plan, gate_up, down, sc.gu.data(), sc.act.data(),
+                       sc.y.data(), T, H, I, E, passthrough);
+  fd_check("u", u, du, f);
+  fd_check("weight (routed tokens)", weight, dweight, f, {}, [&](int64_t t) { return choice[t] == E; });
+  if (passthrough) {
+    fd_check("p_skip (skip tokens, ḡw = ḡm·u)", p_skip, dweight, f, {},
+             [&](int64_t t) { return choice[t] != E; });
+  } else {
+    EXPECT_EQ(dweight[2], 0.f);
+    EXPECT_EQ(dweight[5], 0.f);
+  }
+  fd_check("gate_up_proj", gate_up.f32(), dgu.data(), dgu.size(), f);
+  fd_check("down_proj", down.f32(), ddown.data(), ddown.size(), f);
+  for (int64_t i = 0; i < 2 * I * H; i++) EXPECT_EQ(dgu[1 * 2 * I * H + i], 0.f) << "unused expert";
+}
+
+}  // namespace
+
+TEST(KernelsFd, ExpertsNativeSkip) {
+  check_experts(false);
+}
+
+TEST(KernelsFd, ExpertsLegacyPassthrough) {
+  check_experts(true);
+}
+
+TEST(KernelsFd, LinearBackwardAccumulates) {
+  const int64_t M = 3, N = 4, K = 5;
+  auto x = randn(M * K), r = randn(M * N);
+  Tensor W = tensor_from(randn(N * K), {N, K});
+  auto b = randn(N);
+  auto f = [&] {
+    double s = 0;
+    for (int64_t m = 0; m < M; m++)
+      for (int64_t n = 0; n < N; n++) {
+        double y = b[n];
+        for (int64_t k = 0; k < K; k++) y += double(x[m * K + k]) * W.f32()[n * K + k];
+        s += y * r[m * N + n];
+      }
+    return s;
+  };
+  std::vector<float> dx(M * K, 0.f), dW(N * K, 0.f), db(N, 0.f);
+  linear_backward(dx.data(), false, dW.data(), db.data(), r.data(), x.data(), W, M);
+  fd_check("x", x, dx, f);
+  fd_check("W", W.f32(), dW.data(), N * K, f);
+  fd_check("b", b, db, f);
+  std::vector<float> dx2(M * K, 2.f);
+  linear_backward(dx2.data(), true, dW.data(), nullptr, r.data(), x.data(), W, M);
+  for (int64_t i = 0; i < M * K; i++) EXPECT_NEAR(dx2[i], 2.f + dx[i], 1e-5);
+}
