@@ -12,6 +12,7 @@
 #include <map>
 #include <random>
 
+#include "core/error.h"
 #include "io/model_inputs.h"
 #include "io/safetensors.h"
 #include "kernels/loss.h"
@@ -228,4 +229,99 @@ TEST(Grad, ForwardCommandGradsNeedTargets) {
             0);
   EXPECT_NE(log.find("--grads needs 'targets'"), std::string::npos) << log;
   std::filesystem::remove(input);
+}
+
+// Whole-model finite differences on a few parameter entries (the largest-gradient entry of each tensor
+// below): the model is fp32 only, so the loss (mean CE, accumulated in double from fp32 logits) carries
+// rounding noise of about 1e-6; with h = 1e-2 the central difference then has ≈ 1e-4 of noise plus O(h²)
+// truncation. Entries whose perturbation flips an expert choice (top-1 routing is discontinuous) are skipped.
+// Tolerance: |fd − analytic| ≤ 3e-4 + 3e-2·|analytic|. The exact check is the golden comparison above; this
+// one guards the chain as a whole (router MLP, EDA across blocks, temperature, conv bias, tied/untied head).
+TEST(Grad, WholeModelFiniteDifferenceSpotCheck) {
+  const std::vector<std::string> suffixes = {"model.embed_tokens.weight",
+                                             "model.input_hidden_states_scale",
+                                             "input_layernorm.weight",
+                                             "qkv_proj.q_proj.weight",
+                                             "qkv_proj.v_proj_delayed.weight",
+                                             "conv_qk_depthwise.bias",
+                                             "conv_qk_grouped.weight",
+                                             "qk_norm.temp",
+                                             "o_proj.weight",
+                                             "post_attention_residual_scale.residual_scale",
+                                             "mlp.gate.down_proj.weight",
+                                             "router_states_scale",
+                                             "router_mlp.norm.weight",
+                                             "router_mlp.fc1.weight",
+                                             "router_mlp.out_proj.weight",
+                                             "mlp.experts.gate_up_proj",
+                                             "mlp.experts.down_proj",
+                                             "model.norm.weight",
+                                             "lm_head.weight",
+                                             "lm_head.bias"};
+  int checked = 0, skipped = 0;
+  for (const std::string& dir : {test::golden_dir(), test::data_dir() + "/ref_sliding_bias"}) {
+    SCOPED_TRACE(dir);
+    GradRun r = run_case(dir);
+    const ZayaConfig& cfg = r.model.cfg;
+    auto loss_and_choices = [&](std::vector<int32_t>* choices) {
+      ZayaCache cache(cfg, r.in.B);
+      ForwardOptions opt;
+      opt.tap_router = true;
+      ForwardResult res;
+      ForwardScratch sc;
+      zaya_forward(r.model, cache, r.in.input_ids.data(),
+                   r.in.attention_mask.empty() ? nullptr : r.in.attention_mask.data(), r.in.B, r.in.S, opt,
+                   res, sc);
+      *choices = res.choice;
+      return cross_entropy_forward(nullptr, res.logits.data(), r.in.targets.data(), r.in.B * r.in.S,
+                                   cfg.vocab_size, nullptr);
+    };
+    std::vector<int32_t> base_choices;
+    loss_and_choices(&base_choices);
+    std::map<std::string, const Tensor*> grads;
+    for (const NamedParam& p : r.grads.named(cfg)) grads[p.name] = p.slot;
+    for (NamedParam& p : named_params(cfg, r.model.w)) {
+      if (p.is_buffer) continue;
+      bool wanted = false;
+      for (const std::string& sfx : suffixes)
+        wanted |=
+            p.name.size() >= sfx.size() && p.name.compare(p.name.size() - sfx.size(), sfx.size(), sfx) == 0;
+      // One layer per tensor kind is enough (the last: its gradient has passed through no later block).
+      if (!wanted || (p.name.find("layers.") != std::string::npos &&
+                      p.name.find(str_cat("layers.", cfg.num_hidden_layers - 1, ".")) == std::string::npos &&
+                      p.name.find("router_states_scale") == std::string::npos))
+        continue;
+      SCOPED_TRACE(p.name);
+      // Checkpoint tensors are read-only mapped views: perturb a private copy (the fused qkv is already one).
+      if (p.name.find("qkv_proj.") == std::string::npos || p.name.find("conv_qk") != std::string::npos) {
+        *p.slot = p.slot->clone();
+        if (cfg.tie_word_embeddings && p.name == "model.embed_tokens.weight")
+          r.model.w.lm_head = r.model.w.embed;
+      }
+      const float* g = grads[p.name]->f32();
+      int64_t best = 0;
+      for (int64_t i = 0; i < p.slot->numel(); i++)
+        if (std::fabs(g[i]) > std::fabs(g[best])) best = i;
+      float* x = p.slot->f32() + best;
+      const float x0 = *x;
+      const double h = 1e-2;
+      std::vector<int32_t> cp, cm;
+      *x = float(x0 + h);
+      const double lp = loss_and_choices(&cp);
+      *x = float(x0 - h);
+      const double lm = loss_and_choices(&cm);
+      *x = x0;
+      if (cp != base_choices || cm != base_choices) {
+        skipped++;
+        continue;
+      }
+      const double fd = (lp - lm) / (2 * h);
+      EXPECT_NEAR(fd, g[best], 3e-4 + 3e-2 * std::fabs(g[best])) << "entry " << best;
+      std::printf("  %-70s fd %+.6e analytic %+.6e\n", p.name.c_str(), fd, g[best]);
+      checked++;
+    }
+  }
+  EXPECT_GE(checked, 25);
+  std::printf("whole-model finite differences: %d entries checked, %d skipped (routing flip)\n", checked,
+              skipped);
 }
