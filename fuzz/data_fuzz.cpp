@@ -1,13 +1,20 @@
 // Fuzz target for the data pipeline's untrusted inputs.
 // 1. .idx bytes: parse_index either throws zaya::Error or returns an index whose every sequence lies
 //    inside the data file, with a doc_idx in order (the reader then never reads out of bounds).
-// 2. Training text: a tiny BPE trained on the input bytes must write a tokenizer.json that Tokenizer
+// 2. The same bytes as a JSONL file and as a paragraph-split text file: every document comes back or a
+//    zaya::Error names the line.
+// 3. Training text: a tiny BPE trained on the input bytes must write a tokenizer.json that Tokenizer
 //    loads and that round-trips the same text (repaired to valid UTF-8, as encode reads it).
+#include <unistd.h>
+
 #include <cstdint>
+#include <cstdio>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
+#include "data/corpus.h"
 #include "data/indexed_dataset.h"
 #include "tokenizer/bpe_trainer.h"
 #include "tokenizer/tokenizer.h"
@@ -30,6 +37,29 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
 
   std::string text(reinterpret_cast<const char*>(data), size);
+  static const std::string corpus_path =
+      (std::filesystem::temp_directory_path() / ("zaya_data_fuzz_" + std::to_string(::getpid()) + ".txt"))
+          .string();
+  if (FILE* f = std::fopen(corpus_path.c_str(), "wb")) {
+    std::fwrite(text.data(), 1, text.size(), f);
+    std::fclose(f);
+    for (auto format : {zaya::data::CorpusFormat::kJsonl, zaya::data::CorpusFormat::kText}) {
+      zaya::data::CorpusOptions opt;
+      opt.inputs = {corpus_path};
+      opt.format = format;
+      opt.text_doc_split = zaya::data::TextDocSplit::kParagraph;
+      try {
+        zaya::data::CorpusReader reader(opt);
+        std::string doc;
+        size_t bytes = 0;
+        while (reader.next(doc)) bytes += doc.size();
+        ZAYA_ASSERT(format == zaya::data::CorpusFormat::kJsonl || bytes <= text.size(),
+                    "paragraphs come from the file");
+      } catch (const zaya::Error&) {
+      }
+    }
+    std::remove(corpus_path.c_str());
+  }
   zaya::BpeTrainerOptions opt;
   opt.vocab_size = 300;
   opt.min_frequency = 1;
@@ -68,6 +98,8 @@ extern "C" std::vector<uint8_t> LLVMFuzzerSeed(size_t i) {
     index.pointers = {0, 6};
     index.doc_idx = {0, 2};
     s = zaya::data::serialize_index(index);
+  } else if (i == 2) {
+    s = "{\"text\": \"a doc\"}\n\n{\"text\": \"caf\\u00e9\", \"n\": [1, {\"x\": null}]}\r\n{\"text\": 5}\n";
   } else {
     s = "The quick brown fox, the lazy dog.\n\tCafé ☃ 🙂 <eos> aaaa 1234\x01\xff";
   }
