@@ -470,6 +470,28 @@ TEST(Loader, ShardedRanksReassembleTheGlobalBatch) {
   expect_error([&] { l.next_batch(0, 8); }, {"batch 0"});
 }
 
+TEST(Loader, PreparedDataDocumentStartsFollowEos) {
+  fs::path dir = fresh_dir("e2e_in");
+  for (int i = 0; i < 25; i++)
+    write_file(dir / ("d" + std::to_string(100 + i) + ".txt"),
+               std::string(size_t(1 + i % 4), 'x') + " the quick brown fox " + std::to_string(i));
+  std::string out = (work_dir() / "e2e").string();
+  prepare_dataset(tokenizer(), prepare_options(dir, out));
+  DataLoader loader(IndexedDataset::open(out + ".train"), 11);
+  const int32_t eos = tokenizer().eos_id();
+  for (int step = 0; step < 20; step++) {
+    Batch b = loader.next_batch(2, 10);
+    for (int64_t r = 0; r < b.rows; r++) {
+      std::vector<int32_t> expect;
+      for (int64_t t = 1; t < b.seq_len; t++)
+        if (b.input_ids[r * b.seq_len + t - 1] == eos) expect.push_back(int32_t(t));
+      std::vector<int32_t> got = b.doc_starts[r];
+      if (!got.empty() && got[0] == 0) got.erase(got.begin());  // row start: its previous token is elsewhere
+      EXPECT_EQ(got, expect) << "step " << step << " row " << r;
+    }
+  }
+}
+
 TEST(Loader, RejectsEmptyDataset) {
   std::string prefix = (work_dir() / "ld_empty").string();
   IndexedDatasetWriter w(prefix);
