@@ -138,45 +138,48 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
   ZAYA_PROFILE_SCOPE("attention_backward");
   const int64_t G = a.Hq / a.Hk, d = a.d;
   const float scale = 1.0f / std::sqrt(float(d));
-  std::vector<float> p(a.n_keys), dp(a.n_keys);
-  // Serial over (query, head): dk/dv rows are shared between queries and the G heads of a group.
-  for (int64_t t = 0; t < a.S; t++) {
-    int64_t first, last;
-    visible_range(q_pos[t], a, &first, &last);
-    for (int64_t h = 0; h < a.Hq; h++) {
-      const float l = lse[t * a.Hq + h];
-      if (!std::isfinite(l)) continue;
-      const int64_t j = h / G;
-      const float* qv = q + t * q_stride + h * d;
-      const float* go = dout + t * a.Hq * d + h * d;
-      float* dqv = dq + t * q_stride + h * d;
-      // π_i = exp(s_i − lse), ḡπ_i = ḡO·V_i, then ḡs_i = π_i(ḡπ_i − Σ_k π_k ḡπ_k).
-      double row_dot = 0;
-      for (int64_t i = first; i <= last; i++) {
-        p[i] = 0.f;
-        dp[i] = 0.f;
-        if (key_valid && !key_valid[i]) continue;
-        const float* kv = k + i * k_stride + j * d;
-        const float* vv = v + i * v_stride + j * d;
-        float s = 0.f, g = 0.f;
-        for (int64_t c = 0; c < d; c++) {
-          s += qv[c] * kv[c];
-          g += go[c] * vv[c];
+  // Parallel over KV heads: the dk/dv rows of head j are touched only by its G query heads, dq rows by
+  // their own head, so threads never share an output.
+#pragma omp parallel for schedule(static) if (a.Hk > 1 && a.S * a.n_keys * a.Hq * d > 65536)
+  for (int64_t j = 0; j < a.Hk; j++) {
+    std::vector<float> p(a.n_keys), dp(a.n_keys);
+    for (int64_t t = 0; t < a.S; t++) {
+      int64_t first, last;
+      visible_range(q_pos[t], a, &first, &last);
+      for (int64_t h = j * G; h < (j + 1) * G; h++) {
+        const float l = lse[t * a.Hq + h];
+        if (!std::isfinite(l)) continue;
+        const float* qv = q + t * q_stride + h * d;
+        const float* go = dout + t * a.Hq * d + h * d;
+        float* dqv = dq + t * q_stride + h * d;
+        // π_i = exp(s_i − lse), ḡπ_i = ḡO·V_i, then ḡs_i = π_i(ḡπ_i − Σ_k π_k ḡπ_k).
+        double row_dot = 0;
+        for (int64_t i = first; i <= last; i++) {
+          p[i] = 0.f;
+          dp[i] = 0.f;
+          if (key_valid && !key_valid[i]) continue;
+          const float* kv = k + i * k_stride + j * d;
+          const float* vv = v + i * v_stride + j * d;
+          float s = 0.f, g = 0.f;
+          for (int64_t c = 0; c < d; c++) {
+            s += qv[c] * kv[c];
+            g += go[c] * vv[c];
+          }
+          p[i] = std::exp(s * scale - l);
+          dp[i] = g;
+          row_dot += double(p[i]) * g;
         }
-        p[i] = std::exp(s * scale - l);
-        dp[i] = g;
-        row_dot += double(p[i]) * g;
-      }
-      for (int64_t i = first; i <= last; i++) {
-        if (p[i] == 0.f) continue;
-        const float ds = p[i] * (dp[i] - float(row_dot)) * scale;
-        const float* kv = k + i * k_stride + j * d;
-        float* dkv = dk + i * k_stride + j * d;
-        float* dvv = dv + i * v_stride + j * d;
-        for (int64_t c = 0; c < d; c++) {
-          dqv[c] += ds * kv[c];
-          dkv[c] += ds * qv[c];
-          dvv[c] += p[i] * go[c];
+        for (int64_t i = first; i <= last; i++) {
+          if (p[i] == 0.f) continue;
+          const float ds = p[i] * (dp[i] - float(row_dot)) * scale;
+          const float* kv = k + i * k_stride + j * d;
+          float* dkv = dk + i * k_stride + j * d;
+          float* dvv = dv + i * v_stride + j * d;
+          for (int64_t c = 0; c < d; c++) {
+            dqv[c] += ds * kv[c];
+            dkv[c] += ds * qv[c];
+            dvv[c] += p[i] * go[c];
+          }
         }
       }
     }
