@@ -169,6 +169,54 @@ TEST(Grad, LegacySemanticsMatchReference) {
   std::printf("ref_legacy_8b (legacy semantics): %d gradients, max abs error %.3g\n", checked, g_worst_abs);
 }
 
+// BF16 GEMMs (the trainer's compute model) against this backward in fp32 on the same inputs. bf16 rounds
+// every GEMM operand (relative error 2^-9) and that flips the odd expert choice (2 of 256 in the golden
+// case), which changes a token's gradient by O(1); so both runs get balancing biases that route every token
+// to expert 0 (β_0 = 10) and the routes agree. Tolerance: each tensor's max error below 5% of its largest
+// gradient (a broken bf16 path is off by O(100%)); the worst measured ratio is printed.
+TEST(Grad, Bf16ComputeCloseToFp32) {
+  const std::string dir = test::golden_dir();
+  ModelInputs in = load_model_inputs(dir + "/inputs.json");
+  ZayaGrads grads[2];
+  int k = 0;
+  for (DType dt : {DType::F32, DType::BF16}) {
+    LoadOptions lo;
+    lo.compute = dt;
+    ZayaModel model = ZayaModel::load(dir, lo);
+    for (ZayaLayerWeights& l : model.w.layers) {
+      l.balancing_biases = Tensor::empty(DType::F32, {model.cfg.num_experts + 1});
+      l.balancing_biases.f32()[0] = 10.f;
+    }
+    ZayaCache cache(model.cfg, in.B);
+    Activations acts;
+    ForwardOptions opt;
+    opt.record = &acts;
+    ForwardResult res;
+    ForwardScratch sc;
+    zaya_forward(model, cache, in.input_ids.data(), nullptr, in.B, in.S, opt, res, sc);
+    for (int32_t c : acts.layers[0].choice) ASSERT_EQ(c, 0);
+    grads[k] = ZayaGrads::zeros(model.cfg);
+    zaya_backward(model, acts, in.targets.data(), grads[k]);
+    k++;
+  }
+  ZayaConfig cfg = load_config(dir + "/config.json");
+  auto want = grads[0].named(cfg), got = grads[1].named(cfg);
+  double worst_ratio = 0;
+  for (size_t p = 0; p < want.size(); p++) {
+    SCOPED_TRACE(want[p].name);
+    const float* a = got[p].slot->f32();
+    const float* b = want[p].slot->f32();
+    double scale = 0, err = 0;
+    for (int64_t i = 0; i < want[p].slot->numel(); i++) {
+      scale = std::max(scale, double(std::fabs(b[i])));
+      err = std::max(err, std::fabs(double(a[i]) - b[i]));
+    }
+    EXPECT_LE(err, 0.15 * scale + 1e-7);
+    if (scale > 0) worst_ratio = std::max(worst_ratio, err / scale);
+  }
+  std::printf("bf16 compute vs fp32: worst per-tensor max error / max |g| = %.3g\n", worst_ratio);
+}
+
 TEST(Grad, ZeroedGradientsAndNames) {
   ZayaConfig cfg = load_config(test::golden_dir() + "/config.json");
   ZayaGrads g = ZayaGrads::zeros(cfg);
