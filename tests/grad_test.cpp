@@ -217,6 +217,37 @@ TEST(Grad, Bf16ComputeCloseToFp32) {
   std::printf("bf16 compute vs fp32: worst per-tensor max error / max |g| = %.3g\n", worst_ratio);
 }
 
+TEST(Grad, BadInputsAreErrors) {
+  const std::string dir = test::golden_dir();
+  ZayaModel model = ZayaModel::load(dir);
+  ModelInputs in = load_model_inputs(dir + "/inputs.json");
+  ZayaGrads grads = ZayaGrads::zeros(model.cfg);
+  Activations empty;
+  EXPECT_THROW(zaya_backward(model, empty, in.targets.data(), grads), Error);  // no recording forward
+
+  ZayaCache cache(model.cfg, in.B);
+  Activations acts;
+  ForwardOptions opt;
+  opt.record = &acts;
+  ForwardResult res;
+  ForwardScratch sc;
+  zaya_forward(model, cache, in.input_ids.data(), nullptr, in.B, in.S, opt, res, sc);
+  // Recording needs a fresh cache: the cache now holds a sequence.
+  EXPECT_THROW(zaya_forward(model, cache, in.input_ids.data(), nullptr, in.B, in.S, opt, res, sc), Error);
+
+  std::vector<int32_t> bad = in.targets;
+  bad[3] = int32_t(model.cfg.vocab_size);
+  EXPECT_THROW(zaya_backward(model, acts, bad.data(), grads), Error);
+  ZayaGrads wrong;
+  EXPECT_THROW(zaya_backward(model, acts, in.targets.data(), wrong), Error);
+  // All targets ignored: loss 0 and no gradient.
+  std::vector<int32_t> none(in.targets.size(), -100);
+  grads.zero();
+  EXPECT_EQ(zaya_backward(model, acts, none.data(), grads), 0.0);
+  for (const NamedParam& p : grads.named(model.cfg))
+    for (int64_t i = 0; i < p.slot->numel(); i++) ASSERT_EQ(p.slot->f32()[i], 0.f) << p.name;
+}
+
 TEST(Grad, ZeroedGradientsAndNames) {
   ZayaConfig cfg = load_config(test::golden_dir() + "/config.json");
   ZayaGrads g = ZayaGrads::zeros(cfg);
