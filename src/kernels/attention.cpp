@@ -136,51 +136,62 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
                         const float* k, int64_t k_stride, const float* v, int64_t v_stride, const float* lse,
                         const int64_t* q_pos, const uint8_t* key_valid, const AttentionArgs& a) {
   ZAYA_PROFILE_SCOPE("attention_backward");
-  const int64_t G = a.Hq / a.Hk, d = a.d;
+  const int64_t G = a.Hq / a.Hk, d = a.d, S = a.S, od = a.Hq * d;
   const float scale = 1.0f / std::sqrt(float(d));
-  // Parallel over KV heads: the dk/dv rows of head j are touched only by its G query heads, dq rows by
-  // their own head, so threads never share an output.
-#pragma omp parallel for schedule(static) if (a.Hk > 1 && a.S * a.n_keys * a.Hq * d > 65536)
+  constexpr int64_t kQB = 128;
+  const int64_t n_blocks = (S + kQB - 1) / kQB;
+  // Per query head h and block of queries, over the keys the block can see, with single-threaded GEMMs:
+  //   scores = Q·Kᵀ/√d,  π = exp(scores − lse) (0 where masked),  ḡπ = ḡO·Vᵀ,
+  //   ḡs = π ⊙ (ḡπ − rowsum(π ⊙ ḡπ)),  ḡQ += ḡs·K/√d,  ḡK += ḡsᵀ·Q/√d,  ḡV += πᵀ·ḡO.
+  // Parallel over KV heads: the dk/dv columns of head j are written only by its G query heads and dq columns
+  // only by their own head, so threads never share an output.
+#pragma omp parallel for schedule(static) if (a.Hk > 1 && S * a.n_keys * a.Hq * d > 65536)
   for (int64_t j = 0; j < a.Hk; j++) {
-    std::vector<float> p(a.n_keys), dp(a.n_keys);
-    for (int64_t t = 0; t < a.S; t++) {
-      int64_t first, last;
-      visible_range(q_pos[t], a, &first, &last);
-      for (int64_t h = j * G; h < (j + 1) * G; h++) {
-        const float l = lse[t * a.Hq + h];
-        if (!std::isfinite(l)) continue;
-        const float* qv = q + t * q_stride + h * d;
-        const float* go = dout + t * a.Hq * d + h * d;
-        float* dqv = dq + t * q_stride + h * d;
-        // π_i = exp(s_i − lse), ḡπ_i = ḡO·V_i, then ḡs_i = π_i(ḡπ_i − Σ_k π_k ḡπ_k).
-        double row_dot = 0;
-        for (int64_t i = first; i <= last; i++) {
-          p[i] = 0.f;
-          dp[i] = 0.f;
-          if (key_valid && !key_valid[i]) continue;
-          const float* kv = k + i * k_stride + j * d;
-          const float* vv = v + i * v_stride + j * d;
-          float s = 0.f, g = 0.f;
-          for (int64_t c = 0; c < d; c++) {
-            s += qv[c] * kv[c];
-            g += go[c] * vv[c];
-          }
-          p[i] = std::exp(s * scale - l);
-          dp[i] = g;
-          row_dot += double(p[i]) * g;
+    std::vector<float> pi, dpi;
+    for (int64_t h = j * G; h < (j + 1) * G; h++) {
+      for (int64_t qb = 0; qb < n_blocks; qb++) {
+        const int64_t t0 = qb * kQB, rows = std::min(kQB, S - t0);
+        int64_t key_lo = a.n_keys, key_hi = 0;
+        for (int64_t t = t0; t < t0 + rows; t++) {
+          int64_t first, last;
+          visible_range(q_pos[t], a, &first, &last);
+          key_lo = std::min(key_lo, first);
+          key_hi = std::max(key_hi, last + 1);
         }
-        for (int64_t i = first; i <= last; i++) {
-          if (p[i] == 0.f) continue;
-          const float ds = p[i] * (dp[i] - float(row_dot)) * scale;
-          const float* kv = k + i * k_stride + j * d;
-          float* dkv = dk + i * k_stride + j * d;
-          float* dvv = dv + i * v_stride + j * d;
-          for (int64_t c = 0; c < d; c++) {
-            dqv[c] += ds * kv[c];
-            dkv[c] += ds * qv[c];
-            dvv[c] += p[i] * go[c];
+        if (key_hi <= key_lo) continue;
+        const int64_t nk = key_hi - key_lo;
+        pi.resize(rows * nk);
+        dpi.resize(rows * nk);
+        const float* qb_ptr = q + t0 * q_stride + h * d;
+        const float* go = dout + t0 * od + h * d;
+        const float* kr = k + key_lo * k_stride + j * d;
+        const float* vr = v + key_lo * v_stride + j * d;
+        gemm(rows, nk, d, scale, mat(qb_ptr, q_stride), mat(kr, k_stride, /*trans=*/true), 0.f, pi.data(),
+             nk);
+        gemm(rows, nk, d, 1.f, mat(go, od), mat(vr, v_stride, /*trans=*/true), 0.f, dpi.data(), nk);
+        for (int64_t r = 0; r < rows; r++) {
+          const int64_t t = t0 + r;
+          float* p = pi.data() + r * nk;
+          float* g = dpi.data() + r * nk;
+          const float l = lse[t * a.Hq + h];
+          int64_t first, last;
+          visible_range(q_pos[t], a, &first, &last);
+          double row_dot = 0;
+          for (int64_t i = 0; i < nk; i++) {
+            const int64_t key = key_lo + i;
+            const bool vis =
+                std::isfinite(l) && key >= first && key <= last && (!key_valid || key_valid[key]);
+            p[i] = vis ? std::exp(p[i] - l) : 0.f;
+            row_dot += double(p[i]) * g[i];
           }
+          for (int64_t i = 0; i < nk; i++) g[i] = p[i] * (g[i] - float(row_dot)) * scale;  // ḡs/√d
         }
+        gemm(rows, d, nk, 1.f, mat(dpi.data(), nk), mat(kr, k_stride), 1.f, dq + t0 * q_stride + h * d,
+             q_stride);
+        gemm(nk, d, rows, 1.f, mat(dpi.data(), nk, /*trans=*/true), mat(qb_ptr, q_stride), 1.f,
+             dk + key_lo * k_stride + j * d, k_stride);
+        gemm(nk, d, rows, 1.f, mat(pi.data(), nk, /*trans=*/true), mat(go, od), 1.f,
+             dv + key_lo * v_stride + j * d, v_stride);
       }
     }
   }

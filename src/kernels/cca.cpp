@@ -134,6 +134,7 @@ void rope_apply_inverse(float* g, int64_t pos, int64_t r, const float* inv_freq)
 void cca_qk_backward(float* dmixed, float* draw, float* dtemp, const float* dqk, const float* conv,
                      const float* raw, const float* temp, const int64_t* positions, int64_t S,
                      const CcaDims& dm, int64_t rotary_dim, double theta) {
+  ZAYA_PROFILE_SCOPE("cca_qk_backward");
   const int64_t Hq = dm.Hq, Hk = dm.Hk, d = dm.d, A = dm.A(), C = dm.C(), G = Hq / Hk;
   const float sqrt_d = std::sqrt(float(d));
   const float eps_q = 1.1920928955078125e-07f;  // the forward's clamp (spec §5.5d)
@@ -196,6 +197,7 @@ void cca_qk_backward(float* dmixed, float* draw, float* dtemp, const float* dqk,
 void cca_conv_backward(float* dframes, float* dw0, float* db0, float* dw1, float* db1, const float* dout,
                        const float* mid, const float* frames, const float* w0, const float* w1, int64_t S,
                        const CcaDims& dm) {
+  ZAYA_PROFILE_SCOPE("cca_conv_backward");
   const int64_t C = dm.C(), d = dm.d, t0 = dm.t0, t1 = dm.t1, P = dm.P();
   const int64_t n_mid = S + t1 - 1;
   std::vector<float> dmid(n_mid * C, 0.f);

@@ -56,6 +56,7 @@ void residual_scale_backward(float* d_o, float* d_r, float* dhb, float* dhs, flo
                              const float* dout, const float* o, const float* r, const float* hb,
                              const float* hs, const float* rb, const float* rs, int64_t N, int64_t H,
                              bool accumulate_dr) {
+  ZAYA_PROFILE_SCOPE("residual_scale_backward");
   // Parameter sums are reduced in double per column: N can be large and these are single vectors.
   for (int64_t i = 0; i < H; i++) {
     double s_hb = 0, s_hs = 0, s_rb = 0, s_rs = 0;

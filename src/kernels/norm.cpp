@@ -25,6 +25,7 @@ void rmsnorm_forward(float* out, float* rstd, const float* in, const float* g, i
 
 void rmsnorm_backward(float* din, float* dg, const float* dout, const float* in, const float* g,
                       const float* rstd, int64_t N, int64_t D, bool accumulate) {
+  ZAYA_PROFILE_SCOPE("rmsnorm_backward");
   // ḡx = ν·(q − x̂·mean(q ⊙ x̂)) with q = ḡy ⊙ g, x̂ = x·ν;  ḡg = Σ ḡy ⊙ x̂. dg is reduced serially (it is
   // small).
   for (int64_t n = 0; n < N; n++) {

@@ -114,6 +114,7 @@ double zaya_backward(const ZayaModel& model, const Activations& acts, const int3
   const float* head_bias = opt_f32(w.lm_head_bias);
   double loss_sum = 0;
   for (int64_t t0 = 0; t0 < T; t0 += chunk) {
+    ZAYA_PROFILE_SCOPE("lm_head_ce_backward");
     const int64_t rows = std::min(chunk, T - t0);
     const float* z = acts.z.data() + t0 * H;
     gemm(rows, V, H, 1.f, mat(z, H), mat(w.lm_head, H, /*trans=*/true), 0.f, logits.data(), V);
