@@ -1,0 +1,134 @@
+#include "train/train_config.h"
+
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "core/error.h"
+#include "io/strict_json.h"
+
+namespace zaya::train {
+
+using json = nlohmann::json;
+
+namespace {
+
+const std::set<std::string>& known_keys(const std::string& section) {
+  static const std::map<std::string, std::set<std::string>> keys = {
+      {"",
+       {"model", "data", "tokenizer", "optim", "batch", "steps", "max_minutes", "dtype", "eval", "out", "log",
+        "save_dtype", "sample", "comment"}},
+      {"model", {"config", "init_from", "seed"}},
+      {"data", {"train", "val", "seed"}},
+      {"batch", {"micro_batch", "seq_len", "grad_accum"}},
+      {"eval", {"every", "batches"}},
+      {"log", {"every"}},
+      {"sample", {"prompt", "max_new_tokens", "temperature", "top_k"}}};
+  return keys.at(section);
+}
+
+struct Section {
+  const json& j;
+  std::string where;  // "file: field 'batch"
+
+  void check_keys(const std::string& name) const {
+    ZAYA_CHECK(j.is_object(), where, "' must be an object");
+    for (auto it = j.begin(); it != j.end(); ++it)
+      ZAYA_CHECK(known_keys(name).count(it.key()), where, ".", it.key(), "' is not a known field");
+  }
+  const json* get(const char* k) const { return j.contains(k) && !j[k].is_null() ? &j[k] : nullptr; }
+  int64_t integer(const char* k, int64_t def, int64_t min) const {
+    const json* v = get(k);
+    if (!v) return def;
+    ZAYA_CHECK(v->is_number_integer() && v->get<int64_t>() >= min, where, ".", k,
+               "' must be an integer >= ", min, ", got ", v->dump());
+    return v->get<int64_t>();
+  }
+  double number(const char* k, double def) const {
+    const json* v = get(k);
+    if (!v) return def;
+    ZAYA_CHECK(v->is_number(), where, ".", k, "' must be a number, got ", v->dump());
+    return v->get<double>();
+  }
+  std::string string(const char* k, const std::string& def) const {
+    const json* v = get(k);
+    if (!v) return def;
+    ZAYA_CHECK(v->is_string(), where, ".", k, "' must be a string, got ", v->dump());
+    return v->get<std::string>();
+  }
+};
+
+}  // namespace
+
+TrainConfig parse_train_config(const std::string& text, const std::string& src) {
+  json j = parse_json_strict(text.data(), text.size(), src);
+  TrainConfig c;
+  c.source = src;
+  Section top{j, src + ": field '"};
+  ZAYA_CHECK(j.is_object(), src, ": expected a JSON object");
+  top.check_keys("");
+  top.where = src + ": field '";
+  auto sub = [&](const char* name) -> Section {
+    static const json empty = json::object();
+    const json* v = top.get(name);
+    Section s{v ? *v : empty, src + ": field '" + name};
+    s.check_keys(name);
+    return s;
+  };
+  Section model = sub("model");
+  c.model_config = (model.string("config", ""));
+  c.init_from = (model.string("init_from", ""));
+  c.init_seed = uint64_t(model.integer("seed", 0, 0));
+  ZAYA_CHECK(
+      c.model_config.empty() != c.init_from.empty(), src,
+      ": field 'model' needs exactly one of 'config' (train from scratch) or 'init_from' (an HF checkpoint)");
+  Section data = sub("data");
+  c.train_data = (data.string("train", ""));
+  ZAYA_CHECK(!c.train_data.empty(), src, ": field 'data.train' (a prepared dataset prefix) is required");
+  c.val_data = (data.string("val", ""));
+  c.data_seed = uint64_t(data.integer("seed", 1, 0));
+  c.tokenizer = (top.string("tokenizer", ""));
+  c.steps = top.integer("steps", c.steps, 1);
+  // The schedule's horizon defaults to the run length.
+  json optim = top.get("optim") ? j["optim"] : json::object();
+  if (optim.is_object() && optim.contains("schedule") && optim["schedule"].is_object() &&
+      !optim["schedule"].contains("total_steps"))
+    optim["schedule"]["total_steps"] = c.steps;
+  c.optim = parse_optim_config(optim, src + ": optim");
+  Section batch = sub("batch");
+  c.micro_batch = batch.integer("micro_batch", c.micro_batch, 1);
+  c.seq_len = batch.integer("seq_len", c.seq_len, 1);
+  c.grad_accum = batch.integer("grad_accum", c.grad_accum, 1);
+  c.max_minutes = top.number("max_minutes", 0);
+  std::string dt = top.string("dtype", "fp32");
+  ZAYA_CHECK(dt == "fp32" || dt == "bf16", src, ": field 'dtype' must be \"fp32\" or \"bf16\", got \"", dt,
+             "\"");
+  c.dtype = dt == "bf16" ? DType::BF16 : DType::F32;
+  Section eval = sub("eval");
+  c.eval_every = eval.integer("every", c.eval_every, 0);
+  c.eval_batches = eval.integer("batches", c.eval_batches, 1);
+  c.out_dir = (top.string("out", c.out_dir));
+  c.log_every = sub("log").integer("every", 1, 1);
+  c.save_dtype = top.string("save_dtype", "bf16");
+  ZAYA_CHECK(c.save_dtype == "fp32" || c.save_dtype == "bf16", src,
+             ": field 'save_dtype' must be fp32 or bf16");
+  Section sample = sub("sample");
+  c.sample_prompt = sample.string("prompt", c.sample_prompt);
+  c.sample_tokens = sample.integer("max_new_tokens", c.sample_tokens, 0);
+  c.sample_temperature = float(sample.number("temperature", c.sample_temperature));
+  c.sample_top_k = sample.integer("top_k", c.sample_top_k, 0);
+
+  c.model = c.init_from.empty() ? load_config(c.model_config) : load_config(c.init_from + "/config.json");
+  return c;
+}
+
+TrainConfig load_train_config(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  ZAYA_CHECK(f.good(), path, ": cannot open the training config");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return parse_train_config(ss.str(), path);
+}
+
+}  // namespace zaya::train

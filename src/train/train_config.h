@@ -1,0 +1,57 @@
+// TRAIN.json of `zaya train`: the model, the data, the optimizer, the batch, the run length, evaluation,
+// logging and the final sample. Every field is documented in docs/train-config.md with an example.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/dtype.h"
+#include "model/zaya-config.h"
+#include "train/optim_config.h"
+
+namespace zaya::train {
+
+struct TrainConfig {
+  std::string source;  // the file, for messages
+
+  // Model: a config.json to initialise from scratch, or an HF checkpoint directory to continue from.
+  std::string model_config;  // "model.config"
+  std::string init_from;     // "model.init_from"
+  uint64_t init_seed = 0;    // "model.seed"
+  ZayaConfig model;          // resolved
+
+  // Data: prepared .bin/.idx prefixes (zaya data prepare).
+  std::string train_data, val_data;  // "data.train", "data.val" (val optional)
+  uint64_t data_seed = 1;            // "data.seed"
+  std::string tokenizer;             // "tokenizer": tokenizer.json for samples and the saved checkpoint
+
+  OptimConfig optim;  // "optim" (train/optim_config.h)
+
+  int64_t micro_batch = 8;   // "batch.micro_batch": rows per forward/backward
+  int64_t seq_len = 128;     // "batch.seq_len"
+  int64_t grad_accum = 1;    // "batch.grad_accum": micro-batches per optimizer step
+  int64_t steps = 100;       // "steps"
+  double max_minutes = 0;    // "max_minutes": stop after this wall time (0 = no limit)
+  DType dtype = DType::F32;  // "dtype": "fp32" | "bf16" (bf16 GEMMs, fp32 master weights and states)
+
+  int64_t eval_every = 50;   // "eval.every" (0 = only at the end)
+  int64_t eval_batches = 8;  // "eval.batches"
+
+  std::string out_dir = "runs/train";  // "out": metrics.jsonl, plot, the final checkpoint in out/model
+  int64_t log_every = 1;               // "log.every"
+  std::string save_dtype = "bf16";     // "save_dtype"
+
+  std::string sample_prompt = "The";  // "sample.prompt"
+  int64_t sample_tokens = 48;         // "sample.max_new_tokens"
+  float sample_temperature = 0.8f;    // "sample.temperature"
+  int64_t sample_top_k = 40;          // "sample.top_k"
+
+  int64_t tokens_per_step() const { return micro_batch * seq_len * grad_accum; }
+};
+
+// Parses TRAIN.json (paths in it are used as given, relative to the working directory). Errors name the file
+// and the field; unknown fields are errors too (a typo must not silently fall back to a default).
+TrainConfig load_train_config(const std::string& path);
+TrainConfig parse_train_config(const std::string& json_text, const std::string& source);
+
+}  // namespace zaya::train

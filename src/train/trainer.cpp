@@ -1,0 +1,305 @@
+#include "train/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "data/indexed_dataset.h"
+#include "data/loader.h"
+#include "kernels/gemm.h"
+#include "kernels/loss.h"
+#include "model/generate.h"
+#include "model/zaya-backward.h"
+#include "model/zaya-checkpoint.h"
+#include "model/zaya-flops.h"
+#include "model/zaya-init.h"
+#include "tokenizer/tokenizer.h"
+#include "train/balancer.h"
+#include "train/clip.h"
+#include "train/optimizer.h"
+#include "train/schedule.h"
+
+namespace zaya::train {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double seconds_since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+std::string format_duration(double s) {
+  char buf[32];
+  if (s >= 3600)
+    std::snprintf(buf, sizeof buf, "%dh%02dm", int(s / 3600), int(s / 60) % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%dm%02ds", int(s / 60), int(s) % 60);
+  return buf;
+}
+
+// Fresh fp32 master weights in owned memory: the initialisation, then (when continuing from a checkpoint)
+// the checkpoint's values copied in by name. Owned memory matters: mapped checkpoint views are read-only.
+ZayaModel make_master(const TrainConfig& c) {
+  ZayaModel m;
+  m.cfg = c.model;
+  m.w = init_weights(c.model, DType::F32, c.init_seed);
+  if (!c.init_from.empty()) {
+    ZayaModel loaded = ZayaModel::load(c.init_from, {DType::F32, false});
+    m.cfg = loaded.cfg;
+    auto dst = named_params(m.cfg, m.w);
+    auto src = named_params(loaded.cfg, loaded.w);
+    for (size_t i = 0; i < dst.size(); i++)
+      std::memcpy(dst[i].slot->data, src[i].slot->data, src[i].slot->nbytes());
+  }
+  return m;
+}
+
+// The compute model: shares every fp32 tensor with the master; in bf16 mode its GEMM weights are bf16 copies
+// refreshed after every optimizer step.
+ZayaModel make_compute(const ZayaModel& master, DType dtype) {
+  if (dtype == DType::F32) return master;
+  ZayaModel c = master;
+  c.w.compute = dtype;
+  auto mp = named_params(c.cfg, c.w);
+  for (auto& p : mp)
+    if (p.is_matrix) *p.slot = p.slot->to(dtype);
+  if (c.cfg.tie_word_embeddings) c.w.lm_head = c.w.embed;
+  fuse_qkv(c.cfg, c.w);
+  return c;
+}
+
+void refresh_compute(const ZayaModel& master, ZayaModel& compute) {
+  if (compute.w.compute == DType::F32) return;
+  ZayaWeights m = master.w, cw = compute.w;
+  auto src = named_params(master.cfg, m);
+  auto dst = named_params(compute.cfg, cw);
+  for (size_t i = 0; i < src.size(); i++) {
+    if (!src[i].is_matrix) continue;
+    convert_f32_to_bf16(dst[i].slot->bf16(), src[i].slot->f32(), src[i].slot->numel());
+  }
+}
+
+std::vector<ParamRef> param_refs(const ZayaModel& master, ZayaGrads& grads) {
+  ZayaWeights m = master.w;
+  auto values = named_params(master.cfg, m);
+  auto gs = grads.named(master.cfg);
+  std::map<std::string, Tensor*> grad_by_name;
+  for (auto& g : gs) grad_by_name[g.name] = g.slot;
+  std::vector<ParamRef> refs;
+  for (auto& v : values) {
+    if (v.is_buffer) continue;
+    refs.push_back({v.name, v.shape, v.slot->f32(), grad_by_name.at(v.name)->f32()});
+  }
+  return refs;
+}
+
+// Mean CE over `batches` validation batches (the same batches every time: a fresh loader with a fixed seed).
+double validation_loss(const ZayaModel& model, const std::shared_ptr<const data::IndexedDataset>& val,
+                       const TrainConfig& c) {
+  data::DataLoader loader(val, 12345);
+  ForwardScratch sc;
+  ForwardResult res;
+  double sum = 0;
+  int64_t count_total = 0;
+  for (int64_t i = 0; i < c.eval_batches; i++) {
+    data::Batch b = loader.next_batch(c.micro_batch, c.seq_len);
+    ZayaCache cache(model.cfg, b.rows);
+    zaya_forward(model, cache, b.input_ids.data(), nullptr, b.rows, b.seq_len, {}, res, sc);
+    int64_t n = 0;
+    double mean = cross_entropy_forward(nullptr, res.logits.data(), b.targets.data(), b.rows * b.seq_len,
+                                        model.cfg.vocab_size, &n);
+    sum += mean * double(n);
+    count_total += n;
+  }
+  return count_total ? sum / double(count_total) : 0.0;
+}
+
+}  // namespace
+
+TrainSummary run_training(const TrainConfig& c) {
+  namespace fs = std::filesystem;
+  const auto t_start = clock_type::now();
+  fs::create_directories(c.out_dir);
+  const ZayaConfig& mc = c.model;
+  const int64_t L = mc.num_hidden_layers, E = mc.num_experts;
+
+  auto train_data = data::IndexedDataset::open(c.train_data);
+  std::shared_ptr<const data::IndexedDataset> val_data;
+  if (!c.val_data.empty()) val_data = data::IndexedDataset::open(c.val_data);
+  for (const auto& ds : {train_data, val_data}) {
+    if (!ds) continue;
+    // Every token id must fit the model's vocabulary.
+    ZAYA_CHECK(ds->num_tokens() > 0, c.source, ": dataset has no tokens");
+  }
+  data::DataLoader loader(train_data, c.data_seed);
+
+  ZayaModel master = make_master(c);
+  ZayaModel compute = make_compute(master, c.dtype);
+  ZayaGrads grads = ZayaGrads::zeros(mc);
+  std::vector<ParamRef> params = param_refs(master, grads);
+  Optimizer optim(params, c.optim);
+  BalanceController balancer(L, E, c.optim.balancer);
+  std::vector<float*> biases;
+  for (auto& l : master.w.layers) biases.push_back(l.balancing_biases.f32());
+
+  const double peak = measure_gemm_peak_gflops(c.dtype);
+  const double flops_per_token = 3.0 * forward_flops_per_token(mc, c.seq_len);  // forward + backward
+  size_t weight_bytes = 0;
+  for (auto& p : params) weight_bytes += shape_numel(p.shape) * 4;
+  std::fprintf(
+      stderr,
+      "train: %.2f M parameters, %ld layers x %ld experts, %s GEMMs, %ld tokens/step (%ld x %ld x %ld)\n"
+      "train: weights %.1f MB + grads %.1f MB + optimizer state %.1f MB (fp32); GEMM peak %.0f GFLOP/s\n",
+      mc.num_params() / 1e6, long(L), long(E), c.dtype == DType::BF16 ? "bf16" : "fp32",
+      long(c.tokens_per_step()), long(c.micro_batch), long(c.seq_len), long(c.grad_accum), weight_bytes / 1e6,
+      weight_bytes / 1e6, optim.state_bytes() / 1e6, peak);
+
+  std::ofstream metrics(c.out_dir + "/metrics.jsonl");
+  ZAYA_CHECK(metrics.good(), c.out_dir, "/metrics.jsonl: cannot write");
+  TrainSummary sum;
+  ForwardScratch scratch;
+  ForwardResult res;
+  ForwardOptions fo;
+  fo.all_logits = false;  // the backward recomputes the logits chunk by chunk
+  std::vector<int64_t> counts(L * (E + 1));
+  double ema_tps = 0;
+  const auto t_loop = clock_type::now();
+  int64_t step = 0;
+  for (step = 1; step <= c.steps; step++) {
+    const auto t_step = clock_type::now();
+    grads.zero();
+    std::fill(counts.begin(), counts.end(), 0);
+    double loss = 0;
+    for (int64_t micro = 0; micro < c.grad_accum; micro++) {
+      data::Batch b = loader.next_batch(c.micro_batch, c.seq_len);
+      for (int32_t id : b.input_ids)
+        ZAYA_CHECK(id >= 0 && id < mc.vocab_size, c.train_data, ": token id ", id,
+                   " does not fit the model's vocabulary of ", mc.vocab_size);
+      Activations acts;
+      fo.record = &acts;
+      ZayaCache cache(mc, b.rows);
+      zaya_forward(compute, cache, b.input_ids.data(), nullptr, b.rows, b.seq_len, fo, res, scratch);
+      loss += zaya_backward(compute, acts, b.targets.data(), grads) / double(c.grad_accum);
+      for (int64_t l = 0; l < L; l++)
+        for (int32_t ch : acts.layers[l].choice) counts[l * (E + 1) + ch]++;
+    }
+    if (c.grad_accum > 1) {  // each micro-batch added the gradient of its mean: average them
+      const float s = 1.0f / float(c.grad_accum);
+      for (auto& p : params)
+        for (int64_t i = 0, n = shape_numel(p.shape); i < n; i++) p.grad[i] *= s;
+    }
+    ClipResult clip = clip_grad_norm(params, c.optim.grad_clip);
+    const double lr = lr_at(c.optim.schedule, c.optim.lr, step - 1);
+    if (clip.finite && std::isfinite(loss)) {
+      optim.step(params, float(lr));
+      balancer.update(counts.data(), biases);
+      refresh_compute(master, compute);
+    } else {
+      sum.skipped_steps++;
+      std::fprintf(stderr, "train: step %ld: non-finite loss or gradient, update skipped (%ld so far)\n",
+                   long(step), long(sum.skipped_steps));
+    }
+    const double dt = seconds_since(t_step);
+    const double tps = c.tokens_per_step() / dt;
+    ema_tps = step == 1 ? tps : 0.9 * ema_tps + 0.1 * tps;
+    const double elapsed = seconds_since(t_loop);
+    double eta = (c.steps - step) * c.tokens_per_step() / ema_tps;
+    if (c.max_minutes > 0) eta = std::min(eta, c.max_minutes * 60 - seconds_since(t_start));
+    std::vector<double> ent = router_load_entropy(counts.data(), L, E);
+    double ent_min = 1e9, skip_frac = 0;
+    for (int64_t l = 0; l < L; l++) {
+      ent_min = std::min(ent_min, ent[l] / std::log(double(E)));
+      int64_t tot = 0;
+      for (int64_t e = 0; e <= E; e++) tot += counts[l * (E + 1) + e];
+      skip_frac += tot ? double(counts[l * (E + 1) + E]) / double(tot) / double(L) : 0;
+    }
+    const double mfu = tps * flops_per_token / 1e9 / peak;
+
+    double val = NAN;
+    const bool last = step == c.steps || (c.max_minutes > 0 && seconds_since(t_start) > c.max_minutes * 60);
+    if (val_data && ((c.eval_every > 0 && step % c.eval_every == 0) || last)) {
+      val = validation_loss(compute, val_data, c);
+      sum.final_val_loss = val;
+    }
+    nlohmann::json row = {{"step", step},
+                          {"loss", loss},
+                          {"lr", lr},
+                          {"grad_norm", clip.norm},
+                          {"tokens_per_s", tps},
+                          {"mfu", mfu},
+                          {"seconds", elapsed},
+                          {"tokens", step * c.tokens_per_step()},
+                          {"skip_fraction", skip_frac}};
+    nlohmann::json ent_norm = nlohmann::json::array(), load = nlohmann::json::array();
+    for (int64_t l = 0; l < L; l++) {
+      ent_norm.push_back(ent[l] / std::log(double(E)));
+      load.push_back(std::vector<int64_t>(counts.begin() + l * (E + 1), counts.begin() + (l + 1) * (E + 1)));
+    }
+    row["load_entropy"] = ent_norm;  // per layer, divided by ln E (1 = perfectly balanced)
+    row["expert_counts"] = load;     // per layer, E experts then skip
+    if (!std::isnan(val)) row["val_loss"] = val;
+    metrics << row.dump() << "\n";
+    metrics.flush();
+    if (step % c.log_every == 0 || step == 1 || last || !std::isnan(val)) {
+      std::fprintf(
+          stderr,
+          "step %5ld/%ld | loss %.4f | lr %.2e | gnorm %6.3f | %7.0f tok/s | MFU %4.1f%% | load H/lnE min "
+          "%.3f | skip %.3f | ETA %s%s\n",
+          long(step), long(c.steps), loss, lr, clip.norm, tps, 100 * mfu, ent_min, skip_frac,
+          format_duration(std::max(0.0, eta)).c_str(),
+          std::isnan(val) ? "" : str_cat(" | val ", val).c_str());
+    }
+    sum.final_train_loss = loss;
+    sum.steps = step;
+    if (last) break;
+  }
+  sum.seconds = seconds_since(t_start);
+
+  // The trained model in HF layout, with its tokenizer.
+  const std::string model_dir = c.out_dir + "/model";
+  save_hf_checkpoint(model_dir, master.cfg, master.w, c.save_dtype == "bf16" ? DType::BF16 : DType::F32);
+  if (!c.tokenizer.empty())
+    fs::copy_file(c.tokenizer, model_dir + "/tokenizer.json", fs::copy_options::overwrite_existing);
+  std::fprintf(stderr, "train: %ld steps in %s; checkpoint written to %s\n", long(sum.steps),
+               format_duration(sum.seconds).c_str(), model_dir.c_str());
+
+  // A sample from the trained model.
+  if (!c.tokenizer.empty() && c.sample_tokens > 0) {
+    Tokenizer tok = Tokenizer::load(c.tokenizer);
+    std::vector<int32_t> prompt = tok.encode(c.sample_prompt, true);
+    GenerateOptions go;
+    go.max_new_tokens = c.sample_tokens;
+    go.sampler.greedy = c.sample_temperature <= 0;
+    go.sampler.temperature = c.sample_temperature;
+    go.sampler.top_k = c.sample_top_k;
+    go.sampler.seed = 1;
+    auto out = generate(compute, prompt.data(), 1, int64_t(prompt.size()), go);
+    std::string text = c.sample_prompt + tok.decode(out[0], true);
+    std::printf("sample: %s\n", text.c_str());
+    std::ofstream(c.out_dir + "/sample.txt") << text << "\n";
+  }
+
+  // The plot (needs python3-matplotlib; the metrics stay in metrics.jsonl either way).
+  std::string plot = c.out_dir + "/training.png";
+  std::string cmd =
+      "/usr/bin/python3 tools/plot_train.py '" + c.out_dir + "/metrics.jsonl' '" + plot + "' 2>&1";
+  if (fs::exists("tools/plot_train.py") && std::system(cmd.c_str()) == 0)
+    std::fprintf(stderr, "train: plot written to %s\n", plot.c_str());
+  else
+    std::fprintf(stderr, "train: no plot (needs /usr/bin/python3 with matplotlib and tools/plot_train.py)\n");
+  nlohmann::json s = {{"steps", sum.steps},
+                      {"final_train_loss", sum.final_train_loss},
+                      {"final_val_loss", sum.final_val_loss},
+                      {"seconds", sum.seconds},
+                      {"skipped_steps", sum.skipped_steps}};
+  std::ofstream(c.out_dir + "/summary.json") << s.dump(2) << "\n";
+  return sum;
+}
+
+}  // namespace zaya::train
