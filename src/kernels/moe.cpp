@@ -131,23 +131,27 @@ void moe_experts_backward(float* du, float* dweight, float* dgate_up, float* ddo
     }
     dweight[t] = float(dot);
   }
+  // Expert token counts change every step: the input-gradient products take oneDNN's runtime-M primitive
+  // (one per weight shape) and the weight-gradient products (K = token count, all operands fp32) OpenBLAS,
+  // so no step builds fixed-shape primitives for its particular counts.
   for (int64_t e = 0; e < E; e++) {
     const int64_t o0 = plan.offsets[e], ne = plan.offsets[e + 1] - o0;
     if (ne == 0) continue;
     // y = ψ·D_eᵀ:  ḡD_e += ḡyᵀ·ψ,  ḡψ = ḡy·D_e.
-    gemm(H, I, ne, 1.f, mat(dy.data() + o0 * H, H, /*trans=*/true), mat(act + o0 * I, I), 1.f,
-         ddown + e * H * I, I);
-    gemm(ne, I, H, 1.f, mat(dy.data() + o0 * H, H), expert_mat(down, e, false), 0.f, dact.data() + o0 * I, I);
+    gemm_with(GemmBackend::OpenBlas, H, I, ne, 1.f, mat(dy.data() + o0 * H, H, /*trans=*/true),
+              mat(act + o0 * I, I), 1.f, ddown + e * H * I, I);
+    gemm_with(GemmBackend::OneDnnRuntimeM, ne, I, H, 1.f, mat(dy.data() + o0 * H, H),
+              expert_mat(down, e, false), 0.f, dact.data() + o0 * I, I);
   }
   swiglu_backward(dgu.data(), dact.data(), gu, n, I);
   for (int64_t e = 0; e < E; e++) {
     const int64_t o0 = plan.offsets[e], ne = plan.offsets[e + 1] - o0;
     if (ne == 0) continue;
     // [a|b] = x·G_eᵀ:  ḡG_e += [ḡa|ḡb]ᵀ·x,  ḡx = [ḡa|ḡb]·G_e.
-    gemm(2 * I, H, ne, 1.f, mat(dgu.data() + o0 * 2 * I, 2 * I, /*trans=*/true), mat(x.data() + o0 * H, H),
-         1.f, dgate_up + e * 2 * I * H, H);
-    gemm(ne, H, 2 * I, 1.f, mat(dgu.data() + o0 * 2 * I, 2 * I), expert_mat(gate_up, e, false), 0.f,
-         dx.data() + o0 * H, H);
+    gemm_with(GemmBackend::OpenBlas, 2 * I, H, ne, 1.f, mat(dgu.data() + o0 * 2 * I, 2 * I, /*trans=*/true),
+              mat(x.data() + o0 * H, H), 1.f, dgate_up + e * 2 * I * H, H);
+    gemm_with(GemmBackend::OneDnnRuntimeM, ne, H, 2 * I, 1.f, mat(dgu.data() + o0 * 2 * I, 2 * I),
+              expert_mat(gate_up, e, false), 0.f, dx.data() + o0 * H, H);
   }
   for (int64_t r = 0; r < n; r++) {
     float* d = du + plan.perm[r] * H;
