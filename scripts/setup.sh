@@ -8,6 +8,8 @@ cd "$(dirname "$0")/.."
 APT_PACKAGES=(g++ cmake ninja-build pkg-config libdnnl-dev libopenblas-dev libopenmpi-dev openmpi-bin
   nlohmann-json3-dev libcli11-dev libcpp-httplib-dev libxxhash-dev libzstd-dev libgtest-dev
   libbenchmark-dev)
+# The main job also draws its training plot with matplotlib (Debian's python3-matplotlib).
+[ "${1:-}" = "--main" ] && APT_PACKAGES+=(python3-matplotlib)
 missing=()
 # node/npm may come from elsewhere (a NodeSource nodejs bundles npm and conflicts with Debian's npm).
 command -v node >/dev/null 2>&1 || APT_PACKAGES+=(nodejs)
