@@ -201,21 +201,26 @@ void cca_conv_backward(float* dframes, float* dw0, float* db0, float* dw1, float
   const int64_t C = dm.C(), d = dm.d, t0 = dm.t0, t1 = dm.t1, P = dm.P();
   const int64_t n_mid = S + t1 - 1;
   std::vector<float> dmid(n_mid * C, 0.f);
-  // Grouped conv: c_t[o] reads mid rows t + j (j < t1), channels g(o)·d + c'.
-  for (int64_t t = 0; t < S; t++) {
-    for (int64_t o = 0; o < C; o++) {
-      const float g = dout[t * C + o];
-      db1[o] += g;
-      if (g == 0.f) continue;
-      const int64_t base = (o / d) * d;
-      const float* w = w1 + o * d * t1;
-      float* dw = dw1 + o * d * t1;
-      for (int64_t j = 0; j < t1; j++) {
-        const float* m = mid + (t + j) * C + base;
-        float* dmr = dmid.data() + (t + j) * C + base;
-        for (int64_t c = 0; c < d; c++) {
-          dw[c * t1 + j] += g * m[c];
-          dmr[c] += g * w[c * t1 + j];
+  // Grouped conv: c_t[o] reads mid rows t + j (j < t1), channels g(o)·d + c'. Parallel over heads (groups):
+  // a group's outputs o touch only its own dw1/db1 rows and its own dmid columns.
+  const int64_t groups = dm.Hq + dm.Hk;
+#pragma omp parallel for schedule(dynamic, 1) if (S * C * d > 65536)
+  for (int64_t grp = 0; grp < groups; grp++) {
+    for (int64_t t = 0; t < S; t++) {
+      for (int64_t o = grp * d; o < (grp + 1) * d; o++) {
+        const float g = dout[t * C + o];
+        db1[o] += g;
+        if (g == 0.f) continue;
+        const int64_t base = (o / d) * d;
+        const float* w = w1 + o * d * t1;
+        float* dw = dw1 + o * d * t1;
+        for (int64_t j = 0; j < t1; j++) {
+          const float* m = mid + (t + j) * C + base;
+          float* dmr = dmid.data() + (t + j) * C + base;
+          for (int64_t c = 0; c < d; c++) {
+            dw[c * t1 + j] += g * m[c];
+            dmr[c] += g * w[c * t1 + j];
+          }
         }
       }
     }
