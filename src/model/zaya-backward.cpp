@@ -106,6 +106,7 @@ double zaya_backward(const ZayaModel& model, const Activations& acts, const int3
 
   int64_t N = 0;
   for (int64_t t = 0; t < T; t++) N += targets[t] != -100;
+  if (N == 0) return 0.0;  // nothing counted: the mean loss is defined as 0, with no gradient
 
   // ---- LM head and cross-entropy (spec §6.1), one chunk of rows at a time ----
   std::vector<float> dz(T * H, 0.f), dx(T * H, 0.f);
@@ -123,8 +124,8 @@ double zaya_backward(const ZayaModel& model, const Activations& acts, const int3
         for (int64_t v = 0; v < V; v++) logits[r * V + v] += head_bias[v];
     }
     // In place: logits become ḡlogits = (softmax − onehot)/N.
-    loss_sum += cross_entropy_backward(logits.data(), logits.data(), targets + t0, rows, V,
-                                       N ? 1.0f / float(N) : 0.f, nullptr);
+    loss_sum +=
+        cross_entropy_backward(logits.data(), logits.data(), targets + t0, rows, V, 1.0f / float(N), nullptr);
     gemm(rows, H, V, 1.f, mat(logits.data(), V), mat(w.lm_head, H), 0.f, dz.data() + t0 * H, H);
     gemm(V, H, rows, 1.f, mat(logits.data(), V, /*trans=*/true), mat(z, H), 1.f, g.lm_head.f32(), H);
     if (float* db = opt_f32_mut(g.lm_head_bias)) {
@@ -132,7 +133,6 @@ double zaya_backward(const ZayaModel& model, const Activations& acts, const int3
         for (int64_t v = 0; v < V; v++) db[v] += logits[r * V + v];
     }
   }
-  if (N == 0) return 0.0;
 
   // ---- Final norm ----
   rmsnorm_backward(dx.data(), g.final_norm.f32(), dz.data(), acts.x_final.data(), w.final_norm.f32(),
