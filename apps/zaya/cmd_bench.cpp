@@ -10,9 +10,13 @@
 #include "command.h"
 #include "core/error.h"
 #include "kernels/gemm.h"
+#include "model/zaya-backward.h"
 #include "model/zaya-flops.h"
 #include "model/zaya-init.h"
 #include "model/zaya.h"
+#include "train/clip.h"
+#include "train/optimizer.h"
+#include "train/train_model.h"
 
 namespace {
 
@@ -71,6 +75,94 @@ int bench_forward(const std::string& model_dir, const std::string& config, int64
   return 0;
 }
 
+// Peak resident set size of this process in MB (VmHWM).
+double peak_rss_mb() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return 0;
+  char line[256];
+  double kb = 0;
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "VmHWM: %lf kB", &kb) == 1) break;
+  std::fclose(f);
+  return kb / 1024.0;
+}
+
+// A full training step: recording forward, backward, clipping, the optimizer (Muon + AdamW split) and the
+// bf16 weight refresh. Model FLOPs of a step = 3 x the forward's.
+int bench_train(const std::string& model_dir, const std::string& config, int64_t B, int64_t S,
+                const std::string& dtype, int steps, uint64_t seed) {
+  const zaya::DType dt = dtype == "bf16" ? zaya::DType::BF16 : zaya::DType::F32;
+  zaya::ZayaConfig cfg =
+      model_dir.empty() ? zaya::load_config(config) : zaya::load_config(model_dir + "/config.json");
+  zaya::train::TrainModel tm = zaya::train::TrainModel::create(cfg, model_dir, seed, dt);
+  zaya::train::OptimConfig oc;
+  oc.lr = 1e-4f;
+  zaya::train::Optimizer optim(tm.params, oc);
+  std::mt19937 rng(uint32_t(seed) + 1);
+  std::vector<int32_t> ids(B * S), targets(B * S);
+  for (auto& id : ids) id = int32_t(3 + rng() % uint32_t(cfg.vocab_size - 3));
+  for (int64_t i = 0; i < B * S; i++) targets[i] = i + 1 < B * S ? ids[i + 1] : ids[0];
+  const double peak32 = zaya::measure_gemm_peak_gflops(zaya::DType::F32);
+  const double peak16 = zaya::measure_gemm_peak_gflops(zaya::DType::BF16);
+
+  zaya::ForwardScratch sc;
+  zaya::ForwardResult res;
+  std::vector<double> times;
+  size_t act_bytes = 0;
+  for (int r = 0; r <= steps; r++) {  // r == 0 is the warm-up
+    auto t0 = std::chrono::steady_clock::now();
+    tm.grads.zero();
+    zaya::Activations acts;
+    zaya::ForwardOptions fo;
+    fo.all_logits = false;
+    fo.record = &acts;
+    zaya::ZayaCache cache(cfg, B);
+    zaya::zaya_forward(tm.compute, cache, ids.data(), nullptr, B, S, fo, res, sc);
+    zaya::zaya_backward(tm.compute, acts, targets.data(), tm.grads);
+    zaya::train::clip_grad_norm(tm.params, 1.0f);
+    optim.step(tm.params, 1e-4f);
+    tm.refresh_compute();
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (r > 0) times.push_back(s);
+    act_bytes = 0;
+    for (const auto& l : acts.layers) {
+      for (const auto* v :
+           {&l.x,   &l.h,     &l.raw,  &l.mid, &l.conv, &l.qk, &l.vals,  &l.lse, &l.ocat, &l.a,  &l.y, &l.u,
+            &l.rho, &l.rnorm, &l.pre1, &l.z1,  &l.pre2, &l.z2, &l.probs, &l.gu,  &l.act,  &l.ye, &l.m})
+        act_bytes += v->size() * sizeof(float);
+    }
+    std::fprintf(stderr, "bench train: %s %d/%d  %.3f s  %.1f tok/s\n", r ? "step" : "warm-up", r, steps, s,
+                 B * S / s);
+  }
+  std::sort(times.begin(), times.end());
+  const double median = times[times.size() / 2], tps = B * S / median;
+  const double gflop_tok = 3.0 * zaya::forward_flops_per_token(cfg, S) / 1e9;
+  const double weights_mb = tm.weight_bytes() / 1e6;
+  const double compute_copy_mb = dt == zaya::DType::BF16 ? weights_mb / 2 : 0;  // bf16 GEMM weights (approx.)
+  nlohmann::json j;
+  j["bench"] = "train";
+  j["dtype"] = dtype;
+  j["batch"] = B;
+  j["seq"] = S;
+  j["params_b"] = cfg.num_params() / 1e9;
+  j["tokens_per_s"] = tps;
+  j["seconds_median"] = median;
+  j["model_gflop_per_token"] = gflop_tok;
+  j["achieved_gflops"] = tps * gflop_tok;
+  j["peak_gflops_fp32"] = peak32;
+  j["peak_gflops_bf16"] = peak16;
+  j["mfu"] = tps * gflop_tok / (dt == zaya::DType::BF16 ? peak16 : peak32);
+  j["peak_rss_mb"] = peak_rss_mb();
+  j["theoretical_mb"] = weights_mb * 2 + optim.state_bytes() / 1e6 + act_bytes / 1e6 + compute_copy_mb;
+  j["theoretical_breakdown_mb"] = {{"weights", weights_mb},
+                                   {"grads", weights_mb},
+                                   {"optimizer", optim.state_bytes() / 1e6},
+                                   {"activations", act_bytes / 1e6},
+                                   {"bf16_weight_copy", compute_copy_mb}};
+  std::printf("%s\n", j.dump().c_str());
+  return 0;
+}
+
 int cmd_bench(int argc, char** argv) {
   CLI::App app{"Benchmarks: tokens/s and MFU against the machine's measured GEMM peak"};
   app.require_subcommand(1);
@@ -86,7 +178,24 @@ int cmd_bench(int argc, char** argv) {
   fwd->add_option("--dtype", dtype, "GEMM dtype")->check(CLI::IsMember({"fp32", "bf16"}));
   fwd->add_option("--repeats", repeats, "timed runs after one warm-up (median reported)");
   fwd->add_option("--seed", seed, "weights/tokens seed");
+  auto* trn =
+      app.add_subcommand("train", "full training steps (forward, backward, optimizer) on random tokens");
+  std::string t_model, t_config, t_dtype = "fp32";
+  int64_t tB = 4, tS = 512;
+  int t_steps = 3;
+  auto* tm = trn->add_option("--model", t_model, "HF checkpoint directory");
+  trn->add_option("--config", t_config, "model config.json (random initialisation)")->excludes(tm);
+  trn->add_option("--batch", tB, "batch rows");
+  trn->add_option("--seq", tS, "tokens per row");
+  trn->add_option("--steps", t_steps, "timed steps after one warm-up (median reported)");
+  trn->add_option("--dtype", t_dtype, "GEMM dtype")->check(CLI::IsMember({"fp32", "bf16"}));
+  trn->add_option("--seed", seed, "weights/tokens seed");
   CLI11_PARSE(app, argc, argv);
+  if (trn->parsed()) {
+    ZAYA_CHECK(!t_model.empty() || !t_config.empty(), "zaya bench train needs --model DIR or --config FILE");
+    ZAYA_CHECK(tB > 0 && tS > 0 && t_steps > 0, "--batch, --seq and --steps must be positive");
+    return bench_train(t_model, t_config, tB, tS, t_dtype, t_steps, seed);
+  }
   if (fwd->parsed()) {
     ZAYA_CHECK(!model_dir.empty() || !config.empty(),
                "zaya bench forward needs --model DIR or --config FILE");
@@ -96,7 +205,7 @@ int cmd_bench(int argc, char** argv) {
   return 2;
 }
 
-zaya::app::Register reg("bench", "benchmarks (forward): tokens/s, GFLOP/s, MFU vs measured GEMM peak",
+zaya::app::Register reg("bench", "benchmarks (forward, train): tokens/s, GFLOP/s, MFU vs measured GEMM peak",
                         cmd_bench);
 
 }  // namespace

@@ -23,6 +23,7 @@
 #include "train/clip.h"
 #include "train/optimizer.h"
 #include "train/schedule.h"
+#include "train/train_model.h"
 
 namespace zaya::train {
 
@@ -41,62 +42,6 @@ std::string format_duration(double s) {
   else
     std::snprintf(buf, sizeof buf, "%dm%02ds", int(s / 60), int(s) % 60);
   return buf;
-}
-
-// Fresh fp32 master weights in owned memory: the initialisation, then (when continuing from a checkpoint)
-// the checkpoint's values copied in by name. Owned memory matters: mapped checkpoint views are read-only.
-ZayaModel make_master(const TrainConfig& c) {
-  ZayaModel m;
-  m.cfg = c.model;
-  m.w = init_weights(c.model, DType::F32, c.init_seed);
-  if (!c.init_from.empty()) {
-    ZayaModel loaded = ZayaModel::load(c.init_from, {DType::F32, false});
-    m.cfg = loaded.cfg;
-    auto dst = named_params(m.cfg, m.w);
-    auto src = named_params(loaded.cfg, loaded.w);
-    for (size_t i = 0; i < dst.size(); i++)
-      std::memcpy(dst[i].slot->data, src[i].slot->data, src[i].slot->nbytes());
-  }
-  return m;
-}
-
-// The compute model: shares every fp32 tensor with the master; in bf16 mode its GEMM weights are bf16 copies
-// refreshed after every optimizer step.
-ZayaModel make_compute(const ZayaModel& master, DType dtype) {
-  if (dtype == DType::F32) return master;
-  ZayaModel c = master;
-  c.w.compute = dtype;
-  auto mp = named_params(c.cfg, c.w);
-  for (auto& p : mp)
-    if (p.is_matrix) *p.slot = p.slot->to(dtype);
-  if (c.cfg.tie_word_embeddings) c.w.lm_head = c.w.embed;
-  fuse_qkv(c.cfg, c.w);
-  return c;
-}
-
-void refresh_compute(const ZayaModel& master, ZayaModel& compute) {
-  if (compute.w.compute == DType::F32) return;
-  ZayaWeights m = master.w, cw = compute.w;
-  auto src = named_params(master.cfg, m);
-  auto dst = named_params(compute.cfg, cw);
-  for (size_t i = 0; i < src.size(); i++) {
-    if (!src[i].is_matrix) continue;
-    convert_f32_to_bf16(dst[i].slot->bf16(), src[i].slot->f32(), src[i].slot->numel());
-  }
-}
-
-std::vector<ParamRef> param_refs(const ZayaModel& master, ZayaGrads& grads) {
-  ZayaWeights m = master.w;
-  auto values = named_params(master.cfg, m);
-  auto gs = grads.named(master.cfg);
-  std::map<std::string, Tensor*> grad_by_name;
-  for (auto& g : gs) grad_by_name[g.name] = g.slot;
-  std::vector<ParamRef> refs;
-  for (auto& v : values) {
-    if (v.is_buffer) continue;
-    refs.push_back({v.name, v.shape, v.slot->f32(), grad_by_name.at(v.name)->f32()});
-  }
-  return refs;
 }
 
 // Mean CE over `batches` validation batches (the same batches every time: a fresh loader with a fixed seed).
@@ -139,10 +84,11 @@ TrainSummary run_training(const TrainConfig& c) {
   }
   data::DataLoader loader(train_data, c.data_seed);
 
-  ZayaModel master = make_master(c);
-  ZayaModel compute = make_compute(master, c.dtype);
-  ZayaGrads grads = ZayaGrads::zeros(mc);
-  std::vector<ParamRef> params = param_refs(master, grads);
+  TrainModel tm = TrainModel::create(mc, c.init_from, c.init_seed, c.dtype);
+  ZayaModel& master = tm.master;
+  ZayaModel& compute = tm.compute;
+  ZayaGrads& grads = tm.grads;
+  std::vector<ParamRef>& params = tm.params;
   Optimizer optim(params, c.optim);
   BalanceController balancer(L, E, c.optim.balancer);
   std::vector<float*> biases;
@@ -150,8 +96,7 @@ TrainSummary run_training(const TrainConfig& c) {
 
   const double peak = measure_gemm_peak_gflops(c.dtype);
   const double flops_per_token = 3.0 * forward_flops_per_token(mc, c.seq_len);  // forward + backward
-  size_t weight_bytes = 0;
-  for (auto& p : params) weight_bytes += shape_numel(p.shape) * 4;
+  const size_t weight_bytes = tm.weight_bytes();
   std::fprintf(
       stderr,
       "train: %.2f M parameters, %ld layers x %ld experts, %s GEMMs, %ld tokens/step (%ld x %ld x %ld)\n"
@@ -199,7 +144,7 @@ TrainSummary run_training(const TrainConfig& c) {
     if (clip.finite && std::isfinite(loss)) {
       optim.step(params, float(lr));
       balancer.update(counts.data(), biases);
-      refresh_compute(master, compute);
+      tm.refresh_compute();
     } else {
       sum.skipped_steps++;
       std::fprintf(stderr, "train: step %ld: non-finite loss or gradient, update skipped (%ld so far)\n",
