@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -65,6 +66,23 @@ double validation_loss(const ZayaModel& model, const std::shared_ptr<const data:
   return count_total ? sum / double(count_total) : 0.0;
 }
 
+// Entropy (nats/token) of the dataset's own unigram distribution: the loss of a model that knows only token
+// frequencies. A trained model's validation loss must end well below it.
+double unigram_entropy(const data::IndexedDataset& ds) {
+  std::map<uint32_t, int64_t> counts;
+  int64_t total = 0;
+  for (size_t i = 0; i < ds.num_sequences(); i++) {
+    for (uint32_t t : ds.sequence(i)) counts[t]++;
+    total += int64_t(ds.length(i));
+  }
+  double h = 0;
+  for (const auto& [tok, n] : counts) {
+    double p = double(n) / double(total);
+    h -= p * std::log(p);
+  }
+  return h;
+}
+
 }  // namespace
 
 TrainSummary run_training(const TrainConfig& c) {
@@ -83,6 +101,10 @@ TrainSummary run_training(const TrainConfig& c) {
     ZAYA_CHECK(ds->num_tokens() > 0, c.source, ": dataset has no tokens");
   }
   data::DataLoader loader(train_data, c.data_seed);
+  const double val_unigram = val_data ? unigram_entropy(*val_data) : NAN;
+  if (val_data)
+    std::fprintf(stderr, "train: validation text: %lu tokens, unigram entropy %.4f nats/token\n",
+                 (unsigned long)val_data->num_tokens(), val_unigram);
 
   TrainModel tm = TrainModel::create(mc, c.init_from, c.init_seed, c.dtype);
   ZayaModel& master = tm.master;
@@ -213,6 +235,11 @@ TrainSummary run_training(const TrainConfig& c) {
     fs::copy_file(c.tokenizer, model_dir + "/tokenizer.json", fs::copy_options::overwrite_existing);
   std::fprintf(stderr, "train: %ld steps in %s; checkpoint written to %s\n", long(sum.steps),
                format_duration(sum.seconds).c_str(), model_dir.c_str());
+  if (val_data)
+    std::fprintf(
+        stderr,
+        "train: final validation loss %.4f nats/token vs the validation text's unigram entropy %.4f\n",
+        sum.final_val_loss, val_unigram);
 
   // A sample from the trained model.
   if (!c.tokenizer.empty() && c.sample_tokens > 0) {
@@ -238,11 +265,13 @@ TrainSummary run_training(const TrainConfig& c) {
     std::fprintf(stderr, "train: plot written to %s\n", plot.c_str());
   else
     std::fprintf(stderr, "train: no plot (needs /usr/bin/python3 with matplotlib and tools/plot_train.py)\n");
-  nlohmann::json s = {{"steps", sum.steps},
-                      {"final_train_loss", sum.final_train_loss},
-                      {"final_val_loss", sum.final_val_loss},
-                      {"seconds", sum.seconds},
-                      {"skipped_steps", sum.skipped_steps}};
+  nlohmann::json s = {
+      {"steps", sum.steps},
+      {"final_train_loss", sum.final_train_loss},
+      {"final_val_loss", sum.final_val_loss},
+      {"seconds", sum.seconds},
+      {"skipped_steps", sum.skipped_steps},
+      {"val_unigram_entropy", val_data ? nlohmann::json(val_unigram) : nlohmann::json(nullptr)}};
   std::ofstream(c.out_dir + "/summary.json") << s.dump(2) << "\n";
   return sum;
 }
