@@ -59,9 +59,12 @@ class ScratchBuffer {
   void* get(size_t bytes) {
     if (bytes > capacity_) {
       std::free(data_);
-      capacity_ = (bytes + 4095) / 4096 * 4096;
-      data_ = std::aligned_alloc(64, capacity_);
-      ZAYA_CHECK(data_ != nullptr, "out of memory allocating a ", capacity_, "-byte GEMM scratch buffer");
+      data_ = nullptr;
+      capacity_ = 0;
+      const size_t rounded = (bytes + 4095) / 4096 * 4096;
+      data_ = std::aligned_alloc(64, rounded);
+      ZAYA_CHECK(data_ != nullptr, "out of memory allocating a ", rounded, "-byte GEMM scratch buffer");
+      capacity_ = rounded;
     }
     return data_;
   }
