@@ -90,13 +90,18 @@ double peak_rss_mb() {
 // A full training step: recording forward, backward, clipping, the optimizer (Muon + AdamW split) and the
 // bf16 weight refresh. Model FLOPs of a step = 3 x the forward's.
 int bench_train(const std::string& model_dir, const std::string& config, int64_t B, int64_t S,
-                const std::string& dtype, int steps, uint64_t seed) {
+                const std::string& dtype, int steps, uint64_t seed, const std::string& optimizer) {
   const zaya::DType dt = dtype == "bf16" ? zaya::DType::BF16 : zaya::DType::F32;
   zaya::ZayaConfig cfg =
       model_dir.empty() ? zaya::load_config(config) : zaya::load_config(model_dir + "/config.json");
   zaya::train::TrainModel tm = zaya::train::TrainModel::create(cfg, model_dir, seed, dt);
   zaya::train::OptimConfig oc;
   oc.lr = 1e-4f;
+  // "adamw": every parameter with AdamW, as the PyTorch baseline (torch.optim.AdamW) trains; "zaya": the
+  // ZAYA1 split with Muon, whose Newton-Schulz iterations on every expert matrix cost more than the
+  // forward and backward of a small batch (they amortise over ZAYA1's 16.8M-token batches).
+  if (optimizer == "adamw")
+    for (auto& g : oc.groups) g.kind = zaya::train::OptimKind::AdamW;
   zaya::train::Optimizer optim(tm.params, oc);
   std::mt19937 rng(uint32_t(seed) + 1);
   std::vector<int32_t> ids(B * S), targets(B * S);
@@ -142,6 +147,7 @@ int bench_train(const std::string& model_dir, const std::string& config, int64_t
   nlohmann::json j;
   j["bench"] = "train";
   j["dtype"] = dtype;
+  j["optimizer"] = optimizer;
   j["batch"] = B;
   j["seq"] = S;
   j["params_b"] = cfg.num_params() / 1e9;
@@ -183,6 +189,7 @@ int cmd_bench(int argc, char** argv) {
   std::string t_model, t_config, t_dtype = "fp32";
   int64_t tB = 4, tS = 512;
   int t_steps = 3;
+  std::string t_optim = "adamw";
   auto* tm = trn->add_option("--model", t_model, "HF checkpoint directory");
   trn->add_option("--config", t_config, "model config.json (random initialisation)")->excludes(tm);
   trn->add_option("--batch", tB, "batch rows");
@@ -190,11 +197,14 @@ int cmd_bench(int argc, char** argv) {
   trn->add_option("--steps", t_steps, "timed steps after one warm-up (median reported)");
   trn->add_option("--dtype", t_dtype, "GEMM dtype")->check(CLI::IsMember({"fp32", "bf16"}));
   trn->add_option("--seed", seed, "weights/tokens seed");
+  trn->add_option("--optimizer", t_optim,
+                  "adamw (every parameter, like the PyTorch baseline) or zaya (Muon split)")
+      ->check(CLI::IsMember({"adamw", "zaya"}));
   CLI11_PARSE(app, argc, argv);
   if (trn->parsed()) {
     ZAYA_CHECK(!t_model.empty() || !t_config.empty(), "zaya bench train needs --model DIR or --config FILE");
     ZAYA_CHECK(tB > 0 && tS > 0 && t_steps > 0, "--batch, --seq and --steps must be positive");
-    return bench_train(t_model, t_config, tB, tS, t_dtype, t_steps, seed);
+    return bench_train(t_model, t_config, tB, tS, t_dtype, t_steps, seed, t_optim);
   }
   if (fwd->parsed()) {
     ZAYA_CHECK(!model_dir.empty() || !config.empty(),
