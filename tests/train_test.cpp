@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "data/prepare.h"
@@ -29,7 +30,8 @@ const char* kTinyModel =
 struct Fixture {
   fs::path dir;
   Fixture() {
-    dir = fs::temp_directory_path() / "zaya_train_test";
+    // One directory per test process: ctest may run the tests of this file in parallel.
+    dir = fs::temp_directory_path() / ("zaya_train_test_" + std::to_string(getpid()));
     fs::remove_all(dir);
     fs::create_directories(dir / "corpus");
     // A small repetitive English corpus: enough structure for the loss to fall within a few steps.
