@@ -1,27 +1,30 @@
 // The CPU GEMM backend behind gemm.h: oneDNN matmul (fp32 and bf16) and OpenBLAS sgemm (fp32).
 //
 // Measured choice (2-core AMD EPYC, Zen 4, AVX-512 + AVX512_BF16, 2 OpenMP threads; GFLOP/s, best of
-// interleaved runs of bench/gemm_bench; machine peak measured by measure_gemm_peak_gflops: f32 ~217,
-// bf16 ~420). "fixed" = oneDNN primitive with every dim fixed (brgemm), "rt-M" = M as a runtime dim
-// (oneDNN then uses its gemm:jit kernel), OpenBLAS = single-threaded sgemm split over our threads.
+// interleaved runs, taken when the shared build machine was idle; measure_gemm_peak_gflops gives f32 ~217,
+// bf16 ~420). "fixed" = oneDNN primitive with every dim fixed (its brgemm kernel), "rt-M" = M a runtime
+// dim (oneDNN then runs its gemm:jit kernel), OpenBLAS = single-threaded sgemm split over our threads.
 //
-//   product (M x N x K, layout)         f32 fixed   f32 rt-M   OpenBLAS   bf16 fixed   bf16 rt-M
-//   o_proj     2048x1024x1024  x·Wᵀ         210        208        167         390         415
-//   router     2048x256x1024   x·Wᵀ         210        151         93         393         397
-//   v_proj     2048x64x1024    x·Wᵀ         206        142        157         406         350
-//   expert      128x2048x1024  x·Wᵀ         198        101        148         372         365
-//   expert      128x1024x1024  x·Wᵀ         210        102        162         416         385
-//   o_proj dX  2048x1024x1024  dY·W         207        204        189         400         419
-//   o_proj dW  1024x1024x2048  dYᵀ·X        199        199        193         360         399
-//   expert dW  2048x1024x128   dYᵀ·X        193        198        172         373         383
-//   decode        1x2048x1024  x·Wᵀ          16         79          6          43         136
-//   lm_head    2048x32768x1024 x·Wᵀ         202        199        186         366         433
+//   product (M x N x K)              layout   f32 fixed  f32 rt-M  OpenBLAS  bf16 fixed  bf16 rt-M
+//   qk_proj     2048x1280x1024       x·Wᵀ        212       218       196        424        439
+//   qk_proj dX  2048x1024x1280       dY·W        211       211       199        408        425
+//   qk_proj dW  1280x1024x2048       dYᵀ·X       185       204       196        357        413
+//   o_proj dW   1024x1024x2048       dYᵀ·X       197       196       194        372        402
+//   lm_head     2048x32768x1024      x·Wᵀ        200       220       198        382        444
+//   lm_head dW  32768x1024x2048      dYᵀ·X       102       205       131        191        200
+//   v_proj      2048x64x1024         x·Wᵀ        211       148       184        449        374
+//   router      2048x256x1024        x·Wᵀ        210       151        93        393        397
+//   expert       128x2048x1024       x·Wᵀ        211       105       168        432        397
+//   expert dW   2048x1024x128        dYᵀ·X       199       207       186        116         34
+//   decode         1x2048x1024       x·Wᵀ         16        79         6         43        136
+//   decode         8x2048x1024       x·Wᵀ         91       158        43        227        135
+//   tiny          16x16x16           x·Wᵀ         3.4 (2.4 us)       35 (0.2 us)
 //
-// So: oneDNN with fixed shapes for fp32 (OpenBLAS is never faster above tiny sizes, where its lower call
-// overhead wins) and for bf16, except rt-M for one-row (decode) products and vocabulary-sized ones; the
-// rt-M/fixed gaps of a few percent elsewhere are within this shared machine's noise, the fixed kernel's
-// wins at M=128 are not. Fixed shapes cost one primitive per M (~100 us to create, ~60 KB): the cache
-// below holds them, and a new expert row count costs one creation, once.
+// So oneDNN throughout, OpenBLAS only for tiny fp32 products (lowest call overhead), and per shape class:
+// rt-M when all of M, N, K are large (>= 1024) and for one-row products; rt-M also for fp32 below 16 rows
+// (gemm:jit has a GEMV-like path; brgemm wastes its register tile); fixed shapes otherwise, where rt-M
+// loses up to 2x (expert-sized M=128, narrow N, short K). Fixed shapes cost one primitive per M (~100 us
+// to create, ~60 KB): the cache below holds them, so a new expert row count costs one creation, once.
 #include "kernels/gemm.h"
 
 #include <cblas.h>
@@ -339,20 +342,13 @@ void onednn_gemm(bool runtime_m, int64_t M, int64_t N, int64_t K, float alpha, c
 // Dispatch.
 
 GemmBackend choose_backend(int64_t M, int64_t N, int64_t K, bool bf16) {
-  // Tiny fp32 products: OpenBLAS's call overhead is the lowest (16^3: 0.23 us vs oneDNN 1.1 us).
+  // The measurements behind each rule are in the table at the top of this file.
   if (!bf16 && 2.0 * M * N * K < 5e5) return GemmBackend::OpenBlas;
-  // Few rows (decode): oneDNN's runtime-M primitive is its gemm:jit kernel, which has a GEMV path; the
-  // fixed-shape brgemm kernel wastes most of its register tile. GFLOP/s at M=1, N=2048, K=1024 (x·Wᵀ):
-  // f32 79 vs 16, bf16 136 vs 43. For fp32 it stays ahead up to M=12 (M=8: 158 vs 91) but collapses at M=16
-  // (22 vs 128) and loses at M >= 8 for the 32768-wide lm_head; for bf16 brgemm wins from M=2 (84 vs 43).
   if (M == 1) return GemmBackend::OneDnnRuntimeM;
+  // fp32 with few rows; gemm:jit collapses at M=16 (22 vs 128) and trails for the 32768-wide lm_head.
   if (!bf16 && M < 8) return GemmBackend::OneDnnRuntimeM;
   if (!bf16 && M < 16 && N <= 4096) return GemmBackend::OneDnnRuntimeM;
-  // Vocabulary-sized products: brgemm reorders the whole 32768-row operand, far beyond the L3, while gemm:jit
-  // packs it in blocks. lm_head x·Wᵀ 2048x32768x1024 bf16: 433 vs 366 GFLOP/s; its weight gradient (TN,
-  // 32768x1024x2048) bf16 193 vs 173, f32 93 vs 73. For every other shape of the model the fixed-shape
-  // primitive is faster, often by 10-40% (see the table at the top of this file).
-  if (std::max(M, N) >= 16384) return GemmBackend::OneDnnRuntimeM;
+  if (M >= 1024 && N >= 1024 && K >= 1024) return GemmBackend::OneDnnRuntimeM;
   return GemmBackend::OneDnn;
 }
 
