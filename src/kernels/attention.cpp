@@ -97,6 +97,17 @@ void attention_forward(float* out, float* lse, const float* q, int64_t q_stride,
   // region).
   constexpr int64_t kQB = 128;
   const int64_t n_blocks = (S + kQB - 1) / kQB;
+  // bf16 products: round K and V once per call; gemm() rounds Q and P (fp32 operands paired with bf16).
+  const bool bf16 = a.gemm_dtype == DType::BF16;
+  std::vector<uint16_t> k16, v16;
+  if (bf16) {
+    k16.resize(a.Hk * n * d);
+    v16.resize(a.Hk * n * d);
+    for (int64_t j = 0; j < a.Hk; j++) {
+      convert_f32_to_bf16(k16.data() + j * n * d, k + j * a.key_stride, n * d);
+      convert_f32_to_bf16(v16.data() + j * n * d, v + j * a.key_stride, n * d);
+    }
+  }
 #pragma omp parallel for collapse(2) schedule(dynamic, 1)
   for (int64_t h = 0; h < a.Hq; h++) {
     for (int64_t qb = 0; qb < n_blocks; qb++) {
@@ -118,8 +129,12 @@ void attention_forward(float* out, float* lse, const float* q, int64_t q_stride,
       scores.resize(rows * nk);
       const float* kh = k + (h / G) * a.key_stride + key_lo * d;
       const float* vh = v + (h / G) * a.key_stride + key_lo * d;
-      gemm(rows, nk, d, scale, mat(q + t0 * q_stride + h * d, q_stride), mat(kh, d, /*trans=*/true), 0.f,
-           scores.data(), nk);
+      MatRef kref = mat(kh, d, /*trans=*/true), vref = mat(vh, d);
+      if (bf16) {
+        kref = {k16.data() + ((h / G) * n + key_lo) * d, DType::BF16, d, true};
+        vref = {v16.data() + ((h / G) * n + key_lo) * d, DType::BF16, d, false};
+      }
+      gemm(rows, nk, d, scale, mat(q + t0 * q_stride + h * d, q_stride), kref, 0.f, scores.data(), nk);
       for (int64_t t = 0; t < rows; t++) {
         int64_t first, last;
         visible_range(q_pos[t0 + t], a, &first, &last);
@@ -127,7 +142,7 @@ void attention_forward(float* out, float* lse, const float* q, int64_t q_stride,
                                      key_valid ? key_valid + key_lo : nullptr);
         if (lse) lse[(t0 + t) * a.Hq + h] = l;
       }
-      gemm(rows, d, nk, 1.f, mat(scores.data(), nk), mat(vh, d), 0.f, o, a.Hq * d);
+      gemm(rows, d, nk, 1.f, mat(scores.data(), nk), vref, 0.f, o, a.Hq * d);
     }
   }
 }

@@ -3,6 +3,8 @@
 
 #include <cstdint>
 
+#include "core/dtype.h"
+
 namespace zaya {
 
 struct AttentionArgs {
@@ -12,6 +14,10 @@ struct AttentionArgs {
   int64_t key_pos0;
   int64_t key_stride;  // elements between consecutive heads in k/v (>= n_keys * d)
   int64_t window;      // sliding window W (query i sees keys i-W < j <= i); 0 = global
+  // BF16: the Q·Kᵀ and P·V products of the long-chunk path take bf16 inputs (fp32 accumulation, fp32
+  // softmax), as a bf16 model's attention does. F32 everywhere else (and always for training, whose
+  // backward recomputes the probabilities in fp32 from the saved log-sum-exp).
+  DType gemm_dtype = DType::F32;
 };
 
 // One sequence row:

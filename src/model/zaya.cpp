@@ -245,6 +245,7 @@ void zaya_forward(const ZayaModel& model, ZayaCache& cache, const int32_t* ids, 
       args.key_pos0 = key_pos0;
       args.key_stride = lc.cap * d;
       args.window = c.layer_types[li] == LayerType::HybridSliding ? c.sliding_window : 0;
+      args.gemm_dtype = rec ? DType::F32 : w.compute;  // training keeps fp32 attention (see AttentionArgs)
       const uint8_t* kvalid = cache.key_valid[b].data() + key_pos0;
       attention_forward(ocat + b * S * A, la ? la->lse.data() + b * S * Hq : nullptr, cv, C,
                         lc.k.data() + b * Hk * lc.cap * d, lc.v.data() + b * Hk * lc.cap * d, pos, kvalid,
