@@ -20,6 +20,29 @@
 
 namespace {
 
+// The keys every `zaya bench` line carries: tokens/s from the median time, model GFLOP per token, achieved
+// GFLOP/s, the GEMM peaks measured in the same run, and MFU against the peak of the dtype used.
+nlohmann::json result_json(const char* bench, const std::string& dtype, const zaya::ZayaConfig& cfg,
+                           int64_t B, int64_t S, std::vector<double> times, double gflop_per_token,
+                           double peak32, double peak16) {
+  std::sort(times.begin(), times.end());
+  const double median = times[times.size() / 2], tps = double(B * S) / median;
+  nlohmann::json j;
+  j["bench"] = bench;
+  j["dtype"] = dtype;
+  j["batch"] = B;
+  j["seq"] = S;
+  j["params_b"] = cfg.num_params() / 1e9;
+  j["tokens_per_s"] = tps;
+  j["seconds_median"] = median;
+  j["model_gflop_per_token"] = gflop_per_token;
+  j["achieved_gflops"] = tps * gflop_per_token;
+  j["peak_gflops_fp32"] = peak32;
+  j["peak_gflops_bf16"] = peak16;
+  j["mfu"] = tps * gflop_per_token / (dtype == "bf16" ? peak16 : peak32);
+  return j;
+}
+
 int bench_forward(const std::string& model_dir, const std::string& config, int64_t B, int64_t S,
                   const std::string& dtype, int repeats, uint64_t seed) {
   const zaya::DType dt = dtype == "bf16" ? zaya::DType::BF16 : zaya::DType::F32;
@@ -53,24 +76,8 @@ int bench_forward(const std::string& model_dir, const std::string& config, int64
     std::fprintf(stderr, "bench forward: %s %d/%d  %.3f s  %.1f tok/s\n", r ? "run" : "warm-up", r, repeats,
                  s, B * S / s);
   }
-  std::sort(times.begin(), times.end());
-  double median = times[times.size() / 2];
-  double tps = B * S / median;
-  double gflop_tok = zaya::forward_flops_per_token(c, S) / 1e9;
-  double achieved = tps * gflop_tok;
-  nlohmann::json j;
-  j["bench"] = "forward";
-  j["dtype"] = dtype;
-  j["batch"] = B;
-  j["seq"] = S;
-  j["params_b"] = c.num_params() / 1e9;
-  j["tokens_per_s"] = tps;
-  j["seconds_median"] = median;
-  j["model_gflop_per_token"] = gflop_tok;
-  j["achieved_gflops"] = achieved;
-  j["peak_gflops_fp32"] = peak32;
-  j["peak_gflops_bf16"] = peak16;
-  j["mfu"] = achieved / (dt == zaya::DType::BF16 ? peak16 : peak32);
+  nlohmann::json j = result_json("forward", dtype, c, B, S, times, zaya::forward_flops_per_token(c, S) / 1e9,
+                                 peak32, peak16);
   std::printf("%s\n", j.dump().c_str());
   return 0;
 }
@@ -139,25 +146,11 @@ int bench_train(const std::string& model_dir, const std::string& config, int64_t
     std::fprintf(stderr, "bench train: %s %d/%d  %.3f s  %.1f tok/s\n", r ? "step" : "warm-up", r, steps, s,
                  B * S / s);
   }
-  std::sort(times.begin(), times.end());
-  const double median = times[times.size() / 2], tps = B * S / median;
-  const double gflop_tok = 3.0 * zaya::forward_flops_per_token(cfg, S) / 1e9;
   const double weights_mb = tm.weight_bytes() / 1e6;
   const double compute_copy_mb = dt == zaya::DType::BF16 ? weights_mb / 2 : 0;  // bf16 GEMM weights (approx.)
-  nlohmann::json j;
-  j["bench"] = "train";
-  j["dtype"] = dtype;
+  nlohmann::json j = result_json("train", dtype, cfg, B, S, times,
+                                 3.0 * zaya::forward_flops_per_token(cfg, S) / 1e9, peak32, peak16);
   j["optimizer"] = optimizer;
-  j["batch"] = B;
-  j["seq"] = S;
-  j["params_b"] = cfg.num_params() / 1e9;
-  j["tokens_per_s"] = tps;
-  j["seconds_median"] = median;
-  j["model_gflop_per_token"] = gflop_tok;
-  j["achieved_gflops"] = tps * gflop_tok;
-  j["peak_gflops_fp32"] = peak32;
-  j["peak_gflops_bf16"] = peak16;
-  j["mfu"] = tps * gflop_tok / (dt == zaya::DType::BF16 ? peak16 : peak32);
   j["peak_rss_mb"] = peak_rss_mb();
   j["theoretical_mb"] = weights_mb * 2 + optim.state_bytes() / 1e6 + act_bytes / 1e6 + compute_copy_mb;
   j["theoretical_breakdown_mb"] = {{"weights", weights_mb},
