@@ -110,8 +110,11 @@ double zaya_backward(const ZayaModel& model, const Activations& acts, const int3
 
   // ---- LM head and cross-entropy (spec §6.1), one chunk of rows at a time ----
   std::vector<float> dz(T * H, 0.f), dx(T * H, 0.f);
-  const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(T, (int64_t(1) << 22) / V));  // ≤16 MB
+  // ≤64 MB of logits per chunk: large enough that ḡW_lm (a [V, H] accumulation per chunk) is not re-read
+  // and re-written many times per step.
+  const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(T, (int64_t(1) << 24) / V));
   std::vector<float> logits(chunk * V);
+  std::vector<uint16_t> z16;
   const float* head_bias = opt_f32(w.lm_head_bias);
   double loss_sum = 0;
   for (int64_t t0 = 0; t0 < T; t0 += chunk) {
@@ -127,7 +130,15 @@ double zaya_backward(const ZayaModel& model, const Activations& acts, const int3
     loss_sum +=
         cross_entropy_backward(logits.data(), logits.data(), targets + t0, rows, V, 1.0f / float(N), nullptr);
     gemm(rows, H, V, 1.f, mat(logits.data(), V), mat(w.lm_head, H), 0.f, dz.data() + t0 * H, H);
-    gemm(V, H, rows, 1.f, mat(logits.data(), V, /*trans=*/true), mat(z, H), 1.f, g.lm_head.f32(), H);
+    // ḡW_lm += ḡlogitsᵀ · z. With bf16 GEMM weights this product also takes bf16 inputs (fp32 accumulation),
+    // as the forward's do: round z to bf16 and gemm() rounds ḡlogits.
+    MatRef zref = mat(z, H);
+    if (w.compute == DType::BF16) {
+      z16.resize(rows * H);
+      convert_f32_to_bf16(z16.data(), z, rows * H);
+      zref = {z16.data(), DType::BF16, H, false};
+    }
+    gemm(V, H, rows, 1.f, mat(logits.data(), V, /*trans=*/true), zref, 1.f, g.lm_head.f32(), H);
     if (float* db = opt_f32_mut(g.lm_head_bias)) {
       for (int64_t r = 0; r < rows; r++)
         for (int64_t v = 0; v < V; v++) db[v] += logits[r * V + v];
