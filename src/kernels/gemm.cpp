@@ -1,30 +1,33 @@
 // The CPU GEMM backend behind gemm.h: oneDNN matmul (fp32 and bf16) and OpenBLAS sgemm (fp32).
 //
 // Measured choice (2-core AMD EPYC, Zen 4, AVX-512 + AVX512_BF16, 2 OpenMP threads; GFLOP/s, best of
-// interleaved runs, taken when the shared build machine was idle; measure_gemm_peak_gflops gives f32 ~217,
-// bf16 ~420). "fixed" = oneDNN primitive with every dim fixed (its brgemm kernel), "rt-M" = M a runtime
-// dim (oneDNN then runs its gemm:jit kernel), OpenBLAS = single-threaded sgemm split over our threads.
+// interleaved repetitions of bench/gemm_bench taken while the shared build machine was idle;
+// measure_gemm_peak_gflops gives f32 215, bf16 424). "fixed" = oneDNN primitive with every dim fixed (its
+// brgemm kernel), "rt-M" = M a runtime dim (oneDNN then runs its gemm:jit kernel), OpenBLAS = single-
+// threaded sgemm calls split over our threads.
 //
 //   product (M x N x K)              layout   f32 fixed  f32 rt-M  OpenBLAS  bf16 fixed  bf16 rt-M
-//   qk_proj     2048x1280x1024       x·Wᵀ        212       218       196        424        439
-//   qk_proj dX  2048x1024x1280       dY·W        211       211       199        408        425
-//   qk_proj dW  1280x1024x2048       dYᵀ·X       185       204       196        357        413
-//   o_proj dW   1024x1024x2048       dYᵀ·X       197       196       194        372        402
-//   lm_head     2048x32768x1024      x·Wᵀ        200       220       198        382        444
-//   lm_head dW  32768x1024x2048      dYᵀ·X       102       205       131        191        200
-//   v_proj      2048x64x1024         x·Wᵀ        211       148       184        449        374
-//   router      2048x256x1024        x·Wᵀ        210       151        93        393        397
-//   expert       128x2048x1024       x·Wᵀ        211       105       168        432        397
-//   expert dW   2048x1024x128        dYᵀ·X       199       207       186        116         34
-//   decode         1x2048x1024       x·Wᵀ         16        79         6         43        136
-//   decode         8x2048x1024       x·Wᵀ         91       158        43        227        135
-//   tiny          16x16x16           x·Wᵀ         3.4 (2.4 us)       35 (0.2 us)
+//   qk_proj     2048x1280x1024       x·Wᵀ        216       217       198        432        441
+//   qk_proj dX  2048x1024x1280       dY·W        215       219       205        432        436
+//   qk_proj dW  1280x1024x2048       dYᵀ·X       200       218       201        404        433
+//   o_proj dW   1024x1024x2048       dYᵀ·X       195       209       203        392        405
+//   lm_head     2048x32768x1024      x·Wᵀ        213       219       199        366        433
+//   lm_head dW  32768x1024x2048      dYᵀ·X       198       205       194        179        404
+//   v_proj      2048x64x1024         x·Wᵀ        215       143       182        406        360
+//   router      2048x256x1024        x·Wᵀ        206       152       193        437        402
+//   expert       128x2048x1024       x·Wᵀ        205       104       166        424        388
+//   expert dW   2048x1024x128        dYᵀ·X       200       216       189        405        421
+//   decode         1x1280x1024       x·Wᵀ         20        60        65         43        135
+//   decode         8x2048x1024       x·Wᵀ         97       153        35        207        123
+//   rows          16x2048x1024       x·Wᵀ        149        20        64        247        178
+//   tiny          16x16x16           x·Wᵀ          4 (2.2 us a call)   35 (0.3 us)
 //
 // So oneDNN throughout, OpenBLAS only for tiny fp32 products (lowest call overhead), and per shape class:
-// rt-M when all of M, N, K are large (>= 1024) and for one-row products; rt-M also for fp32 below 16 rows
-// (gemm:jit has a GEMV-like path; brgemm wastes its register tile); fixed shapes otherwise, where rt-M
-// loses up to 2x (expert-sized M=128, narrow N, short K). Fixed shapes cost one primitive per M (~100 us
-// to create, ~60 KB): the cache below holds them, so a new expert row count costs one creation, once.
+// rt-M when all of M, N, K are >= 1024 (up to 2x for the lm_head weight gradient) and for one-row
+// products; rt-M also for fp32 below 16 rows (gemm:jit has a GEMV-like path where brgemm wastes its
+// register tile, but collapses at 16 rows); fixed shapes otherwise, where rt-M loses up to 2x (expert-sized
+// M=128, narrow N). Fixed shapes cost one primitive per M (~100 us to create, ~60 KB): the cache below
+// holds them, so a new expert row count costs one creation, once.
 #include "kernels/gemm.h"
 
 #include <cblas.h>
