@@ -40,7 +40,7 @@ void gemm(int64_t M, int64_t N, int64_t K, float alpha, const MatRef& A, const M
 //   OneDnn         oneDNN matmul, every dim fixed in the primitive (one primitive per shape, cached)
 //   OneDnnRuntimeM oneDNN matmul with M a runtime dim (one primitive for all M of an N,K shape)
 //   OpenBlas       cblas_sgemm, single-threaded calls split over the OpenMP threads (fp32 only)
-//   Reference      plain loops with fp32 accumulation (slow; for tiny products and as a fallback)
+//   Reference      plain loops with fp32 accumulation (slow; a cross-check, never chosen by Auto)
 enum class GemmBackend { Auto, OneDnn, OneDnnRuntimeM, OpenBlas, Reference };
 const char* gemm_backend_name(GemmBackend backend);
 
