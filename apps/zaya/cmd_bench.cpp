@@ -120,20 +120,35 @@ int bench_train(const std::string& model_dir, const std::string& config, int64_t
   zaya::ForwardScratch sc;
   zaya::ForwardResult res;
   std::vector<double> times;
+  // Seconds per stage of the timed steps (summed, divided by the step count at the end).
+  const char* stage_names[] = {"zero_grads", "forward", "backward", "clip", "optimizer", "refresh_compute"};
+  double stage_s[6] = {0, 0, 0, 0, 0, 0};
   size_t act_bytes = 0;
   for (int r = 0; r <= steps; r++) {  // r == 0 is the warm-up
     auto t0 = std::chrono::steady_clock::now();
+    auto lap = t0;
+    auto stage_done = [&](int k) {
+      auto now = std::chrono::steady_clock::now();
+      if (r > 0) stage_s[k] += std::chrono::duration<double>(now - lap).count();
+      lap = now;
+    };
     tm.grads.zero();
+    stage_done(0);
     zaya::Activations acts;
     zaya::ForwardOptions fo;
     fo.all_logits = false;
     fo.record = &acts;
     zaya::ZayaCache cache(cfg, B);
     zaya::zaya_forward(tm.compute, cache, ids.data(), nullptr, B, S, fo, res, sc);
+    stage_done(1);
     zaya::zaya_backward(tm.compute, acts, targets.data(), tm.grads);
+    stage_done(2);
     zaya::train::clip_grad_norm(tm.params, 1.0f);
+    stage_done(3);
     optim.step(tm.params, 1e-4f);
+    stage_done(4);
     tm.refresh_compute();
+    stage_done(5);
     double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (r > 0) times.push_back(s);
     act_bytes = 0;
@@ -151,6 +166,9 @@ int bench_train(const std::string& model_dir, const std::string& config, int64_t
   nlohmann::json j = result_json("train", dtype, cfg, B, S, times,
                                  3.0 * zaya::forward_flops_per_token(cfg, S) / 1e9, peak32, peak16);
   j["optimizer"] = optimizer;
+  nlohmann::json stages;
+  for (int k = 0; k < 6; k++) stages[stage_names[k]] = stage_s[k] / std::max(1, steps);
+  j["stage_seconds"] = stages;
   j["peak_rss_mb"] = peak_rss_mb();
   j["theoretical_mb"] = weights_mb * 2 + optim.state_bytes() / 1e6 + act_bytes / 1e6 + compute_copy_mb;
   j["theoretical_breakdown_mb"] = {{"weights", weights_mb},

@@ -86,8 +86,14 @@ void residual_backward(float* d_o, float* d_r, ResidualScaleWeights& g, const Re
 
 }  // namespace
 
+int64_t count_targets(const int32_t* targets, int64_t n) {
+  int64_t count = 0;
+  for (int64_t t = 0; t < n; t++) count += targets[t] != -100;
+  return count;
+}
+
 double zaya_backward(const ZayaModel& model, const Activations& acts, const int32_t* targets,
-                     ZayaGrads& grads) {
+                     ZayaGrads& grads, int64_t count_total) {
   ZAYA_PROFILE_SCOPE("zaya_backward");
   const ZayaConfig& c = model.cfg;
   const ZayaWeights& w = model.w;
@@ -104,9 +110,11 @@ double zaya_backward(const ZayaModel& model, const Activations& acts, const int3
   ZAYA_CHECK(int64_t(g.layers.size()) == L && g.embed.dtype == DType::F32,
              "zaya_backward needs gradients made by ZayaGrads::zeros for this config");
 
-  int64_t N = 0;
-  for (int64_t t = 0; t < T; t++) N += targets[t] != -100;
-  if (N == 0) return 0.0;  // nothing counted: the mean loss is defined as 0, with no gradient
+  const int64_t counted = count_targets(targets, T);
+  ZAYA_CHECK(count_total == 0 || count_total >= counted, "zaya_backward: count_total ", count_total,
+             " is below this micro-batch's ", counted, " counted targets");
+  if (counted == 0) return 0.0;  // nothing counted: the loss is defined as 0, with no gradient
+  const int64_t N = count_total > 0 ? count_total : counted;  // the loss normaliser
 
   // ---- LM head and cross-entropy (spec §6.1), one chunk of rows at a time ----
   std::vector<float> dz(T * H, 0.f), dx(T * H, 0.f);

@@ -24,16 +24,24 @@ struct ZayaGrads {
   std::vector<NamedParam> named(const ZayaConfig& cfg);
 };
 
-// Adds d(mean CE loss)/d(param) into `grads` (zero it first for a fresh gradient) and returns the loss.
+// Adds d(loss)/d(param) into `grads` (zero it first for a fresh gradient) and returns the loss, where
+//   loss = (sum of this micro-batch's per-token CE over its counted targets) / count_total.
 //   acts: recorded by zaya_forward over input ids [B, S] with a fresh cache (mask as in the forward:
 //         padded rows of the normed input get no gradient, padded keys are masked).
-//   targets[B, S]: the token each position predicts, -100 = ignored. The mean is over the counted targets
-//   (none counted: loss 0, no gradient). Throws zaya::Error for targets outside [0, V).
+//   targets[B, S]: the token each position predicts, -100 = ignored.
+//   count_total: counted targets of the whole optimizer step (every micro-batch of a gradient accumulation,
+//   every rank of a data-parallel step), so that the summed gradients are exactly those of the mean over the
+//   whole step however the tokens are split; 0 = this micro-batch's own count (its mean loss). None counted
+//   here: loss 0, no gradient. Throws zaya::Error for targets outside [0, V) or count_total below this
+//   micro-batch's count.
 // Semantics: tied embeddings get both uses; the pad_token_id row gets no gradient from the lookup (only from
 // a tied head); the skip class follows the model's semantics (native zero or legacy passthrough); the top-1
 // choice passes no gradient; EDA router states carry gradient across blocks. The [T, V] logits gradient
 // is formed one row chunk at a time.
 double zaya_backward(const ZayaModel& model, const Activations& acts, const int32_t* targets,
-                     ZayaGrads& grads);
+                     ZayaGrads& grads, int64_t count_total = 0);
+
+// Counted targets (!= -100) among n.
+int64_t count_targets(const int32_t* targets, int64_t n);
 
 }  // namespace zaya

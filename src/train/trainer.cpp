@@ -143,23 +143,26 @@ TrainSummary run_training(const TrainConfig& c) {
     grads.zero();
     std::fill(counts.begin(), counts.end(), 0);
     double loss = 0;
+    // The step's batches first: the loss normaliser is the step's whole count of targets, so that the
+    // accumulated gradient is exactly that of the mean over every token of the step.
+    std::vector<data::Batch> micro_batches;
+    int64_t step_targets = 0;
     for (int64_t micro = 0; micro < c.grad_accum; micro++) {
-      data::Batch b = loader.next_batch(c.micro_batch, c.seq_len);
+      micro_batches.push_back(loader.next_batch(c.micro_batch, c.seq_len));
+      const data::Batch& b = micro_batches.back();
       for (int32_t id : b.input_ids)
         ZAYA_CHECK(id >= 0 && id < mc.vocab_size, c.train_data, ": token id ", id,
                    " does not fit the model's vocabulary of ", mc.vocab_size);
+      step_targets += count_targets(b.targets.data(), int64_t(b.targets.size()));
+    }
+    for (const data::Batch& b : micro_batches) {
       Activations acts;
       fo.record = &acts;
       ZayaCache cache(mc, b.rows);
       zaya_forward(compute, cache, b.input_ids.data(), nullptr, b.rows, b.seq_len, fo, res, scratch);
-      loss += zaya_backward(compute, acts, b.targets.data(), grads) / double(c.grad_accum);
+      loss += zaya_backward(compute, acts, b.targets.data(), grads, step_targets);
       for (int64_t l = 0; l < L; l++)
         for (int32_t ch : acts.layers[l].choice) counts[l * (E + 1) + ch]++;
-    }
-    if (c.grad_accum > 1) {  // each micro-batch added the gradient of its mean: average them
-      const float s = 1.0f / float(c.grad_accum);
-      for (auto& p : params)
-        for (int64_t i = 0, n = shape_numel(p.shape); i < n; i++) p.grad[i] *= s;
     }
     ClipResult clip = clip_grad_norm(params, c.optim.grad_clip);
     const double lr = lr_at(c.optim.schedule, c.optim.lr, step - 1);
