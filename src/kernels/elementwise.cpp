@@ -1,6 +1,8 @@
 #include "kernels/elementwise.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "core/profile.h"
 
@@ -57,29 +59,47 @@ void residual_scale_backward(float* d_o, float* d_r, float* dhb, float* dhs, flo
                              const float* hs, const float* rb, const float* rs, int64_t N, int64_t H,
                              bool accumulate_dr) {
   ZAYA_PROFILE_SCOPE("residual_scale_backward");
-  // Parameter sums are reduced in double per column: N can be large and these are single vectors.
-  for (int64_t i = 0; i < H; i++) {
-    double s_hb = 0, s_hs = 0, s_rb = 0, s_rs = 0;
-    for (int64_t n = 0; n < N; n++) {
-      const int64_t k = n * H + i;
-      const float g = dout[k];
-      s_hb += g * hs[i];
-      s_hs += g * (o[k] + hb[i]);
-      s_rb += g * rs[i];
-      s_rs += g * (r[k] + rb[i]);
+  // One pass over rows, parallel over fixed blocks of rows: each block sums its rows per column in double,
+  // then the blocks are added in block order, so the parameter gradients do not depend on the thread count.
+  constexpr int64_t kRows = 32;
+  const int64_t n_blocks = (N + kRows - 1) / kRows;
+  // [block][Σg | Σg·(o+hb) | Σg·(r+rb)][H]; Σg·hs and Σg·rs follow from Σg.
+  std::vector<double> partial(n_blocks * 3 * H);
+#pragma omp parallel for schedule(static) if (N * H > 65536)
+  for (int64_t blk = 0; blk < n_blocks; blk++) {
+    double* s_g = partial.data() + blk * 3 * H;
+    double* s_hs = s_g + H;
+    double* s_rs = s_hs + H;
+    std::fill(s_g, s_g + 3 * H, 0.0);
+    for (int64_t n = blk * kRows; n < std::min(N, (blk + 1) * kRows); n++) {
+      const float* g = dout + n * H;
+      const float* on = o + n * H;
+      const float* rn = r + n * H;
+      float* dr = d_r + n * H;
+      float* dov = d_o + n * H;
+      for (int64_t i = 0; i < H; i++) {
+        const float gi = g[i];  // read before d_o (which may alias dout) is written
+        s_g[i] += gi;
+        s_hs[i] += double(gi) * (on[i] + hb[i]);
+        s_rs[i] += double(gi) * (rn[i] + rb[i]);
+        dr[i] = accumulate_dr ? dr[i] + gi * rs[i] : gi * rs[i];
+        dov[i] = gi * hs[i];
+      }
     }
-    dhb[i] += float(s_hb);
-    dhs[i] += float(s_hs);
-    drb[i] += float(s_rb);
-    drs[i] += float(s_rs);
   }
-  for (int64_t n = 0; n < N; n++) {
-    for (int64_t i = 0; i < H; i++) {
-      const int64_t k = n * H + i;
-      const float g = dout[k];
-      d_r[k] = accumulate_dr ? d_r[k] + g * rs[i] : g * rs[i];
-      d_o[k] = g * hs[i];
+#pragma omp parallel for schedule(static) if (N * H > 65536)
+  for (int64_t i = 0; i < H; i++) {
+    double g_sum = 0, hs_sum = 0, rs_sum = 0;
+    for (int64_t blk = 0; blk < n_blocks; blk++) {
+      const double* part = partial.data() + blk * 3 * H;
+      g_sum += part[i];
+      hs_sum += part[H + i];
+      rs_sum += part[2 * H + i];
     }
+    dhb[i] += float(g_sum * hs[i]);  // Σ g·hs = hs·Σ g
+    dhs[i] += float(hs_sum);
+    drb[i] += float(g_sum * rs[i]);  // Σ g·rs = rs·Σ g
+    drs[i] += float(rs_sum);
   }
 }
 

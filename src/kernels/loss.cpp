@@ -3,24 +3,34 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "kernels/vec_math.h"
 
 namespace zaya {
 
+namespace {
+
+// Every target must be a vocabulary id or -100 (checked before the parallel loops, which cannot throw).
+void check_targets(const int32_t* targets, int64_t N, int64_t V) {
+  for (int64_t i = 0; i < N; i++) {
+    ZAYA_CHECK(targets[i] == -100 || (targets[i] >= 0 && targets[i] < V), "target ", targets[i],
+               " at position ", i, " is outside the vocabulary [0, ", V, ") and is not -100");
+  }
+}
+
+}  // namespace
+
 double cross_entropy_forward(float* per_token, const float* logits, const int32_t* targets, int64_t N,
                              int64_t V, int64_t* count) {
+  check_targets(targets, N, V);
   double total = 0;
   int64_t n = 0;
+#pragma omp parallel for schedule(static) reduction(+ : total, n) if (N * V > 65536)
   for (int64_t i = 0; i < N; i++) {
     if (per_token) per_token[i] = 0.f;
     if (targets[i] == -100) continue;
-    ZAYA_CHECK(targets[i] >= 0 && targets[i] < V, "target ", targets[i], " at position ", i,
-               " is outside the vocabulary [0, ", V, ") and is not -100");
     const float* row = logits + i * V;
-    float mx = row[0];
-    for (int64_t v = 1; v < V; v++) mx = row[v] > mx ? row[v] : mx;
-    double sum = 0;
-    for (int64_t v = 0; v < V; v++) sum += std::exp(double(row[v] - mx));
-    double loss = std::log(sum) + mx - row[targets[i]];
+    const float mx = row_max(row, V);
+    const double loss = std::log(exp_shift_sum(nullptr, row, V, mx)) + mx - row[targets[i]];
     if (per_token) per_token[i] = float(loss);
     total += loss;
     n++;
@@ -31,8 +41,10 @@ double cross_entropy_forward(float* per_token, const float* logits, const int32_
 
 double cross_entropy_backward(float* dlogits, const float* logits, const int32_t* targets, int64_t N,
                               int64_t V, float scale, int64_t* count) {
+  check_targets(targets, N, V);
   double total = 0;
   int64_t n = 0;
+#pragma omp parallel for schedule(static) reduction(+ : total, n) if (N * V > 65536)
   for (int64_t i = 0; i < N; i++) {
     const float* row = logits + i * V;
     float* drow = dlogits + i * V;
@@ -40,15 +52,11 @@ double cross_entropy_backward(float* dlogits, const float* logits, const int32_t
       for (int64_t v = 0; v < V; v++) drow[v] = 0.f;
       continue;
     }
-    ZAYA_CHECK(targets[i] >= 0 && targets[i] < V, "target ", targets[i], " at position ", i,
-               " is outside the vocabulary [0, ", V, ") and is not -100");
-    float mx = row[0];
-    for (int64_t v = 1; v < V; v++) mx = row[v] > mx ? row[v] : mx;
-    double sum = 0;
-    for (int64_t v = 0; v < V; v++) sum += std::exp(double(row[v] - mx));
-    const double lse = std::log(sum) + mx;
-    total += lse - row[targets[i]];
-    for (int64_t v = 0; v < V; v++) drow[v] = float(std::exp(double(row[v]) - lse)) * scale;
+    const float x_target = row[targets[i]];  // read before drow (which may alias row) is overwritten
+    const float mx = row_max(row, V);
+    const double sum = exp_shift_sum(drow, row, V, mx);  // drow = exp(x − max)
+    total += std::log(sum) + mx - x_target;
+    scale_row(drow, V, float(double(scale) / sum));  // softmax · scale
     drow[targets[i]] -= scale;
     n++;
   }

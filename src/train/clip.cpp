@@ -1,16 +1,28 @@
 #include "train/clip.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 namespace zaya::train {
 
 ClipResult clip_grad_norm(const std::vector<ParamRef>& params, float max_norm) {
+  // Σ g² over fixed blocks of 64K entries, added in block order: the norm is bitwise the same for any
+  // thread count (an OpenMP reduction's combining order is unspecified), which bit-exact resume needs.
+  constexpr int64_t kBlock = 1 << 16;
   double sum_sq = 0;
+  std::vector<double> partial;
   for (const ParamRef& p : params) {
-    const int64_t n = shape_numel(p.shape);
+    const int64_t n = shape_numel(p.shape), n_blocks = (n + kBlock - 1) / kBlock;
     const float* g = p.grad;
-#pragma omp parallel for reduction(+ : sum_sq) schedule(static) if (n > (1 << 16))
-    for (int64_t i = 0; i < n; i++) sum_sq += double(g[i]) * double(g[i]);
+    partial.assign(n_blocks, 0.0);
+#pragma omp parallel for schedule(static) if (n_blocks > 1)
+    for (int64_t b = 0; b < n_blocks; b++) {
+      double s = 0;
+      for (int64_t i = b * kBlock; i < std::min(n, (b + 1) * kBlock); i++) s += double(g[i]) * double(g[i]);
+      partial[b] = s;
+    }
+    for (double s : partial) sum_sq += s;
   }
   ClipResult r;
   r.norm = std::sqrt(sum_sq);  // NaN stays NaN; Inf (or an fp64 overflow, impossible from fp32) stays Inf

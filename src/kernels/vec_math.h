@@ -1,0 +1,27 @@
+// Vectorised row primitives for softmax-like loops (cross-entropy, attention): max, exp with a shift and a
+// double-precision sum, scaling. AVX-512 when the build targets it, plain loops otherwise; both give the same
+// results to within the exp error below.
+//
+// exp accuracy: |exp_f32(x) − exp(x)| ≤ 2 ulp of fp32 on [−87, 88] (Cephes polynomial on |r| ≤ ln2/2 after
+// the exact 2^n split; tested in tests/kernels_test.cpp). Inputs below −104 give 0, +inf stays +inf, NaN
+// stays NaN (so a non-finite logit still surfaces as a non-finite loss).
+#pragma once
+
+#include <cstdint>
+
+namespace zaya {
+
+// max over x[0, n); −inf for n == 0.
+float row_max(const float* x, int64_t n);
+
+// out[i] = exp(x[i] − shift) for i < n (out may alias x, or be null to only sum). Returns Σ exp(x[i] − shift)
+// accumulated in double.
+double exp_shift_sum(float* out, const float* x, int64_t n, float shift);
+
+// x[i] *= s.
+void scale_row(float* x, int64_t n, float s);
+
+// One exp, same polynomial as exp_shift_sum (tests compare it with std::exp).
+float exp_f32(float x);
+
+}  // namespace zaya
