@@ -25,6 +25,7 @@
 #include "train/optimizer.h"
 #include "train/schedule.h"
 #include "train/train_model.h"
+#include "train/train_step.h"
 
 namespace zaya::train {
 
@@ -109,12 +110,8 @@ TrainSummary run_training(const TrainConfig& c) {
   TrainModel tm = TrainModel::create(mc, c.init_from, c.init_seed, c.dtype);
   ZayaModel& master = tm.master;
   ZayaModel& compute = tm.compute;
-  ZayaGrads& grads = tm.grads;
-  std::vector<ParamRef>& params = tm.params;
-  Optimizer optim(params, c.optim);
+  Optimizer optim(tm.params, c.optim);
   BalanceController balancer(L, E, c.optim.balancer);
-  std::vector<float*> biases;
-  for (auto& l : master.w.layers) biases.push_back(l.balancing_biases.f32());
 
   const double peak = measure_gemm_peak_gflops(c.dtype);
   const double flops_per_token = 3.0 * forward_flops_per_token(mc, c.seq_len);  // forward + backward
@@ -131,46 +128,23 @@ TrainSummary run_training(const TrainConfig& c) {
   ZAYA_CHECK(metrics.good(), c.out_dir, "/metrics.jsonl: cannot write");
   TrainSummary sum;
   ForwardScratch scratch;
-  ForwardResult res;
-  ForwardOptions fo;
-  fo.all_logits = false;  // the backward recomputes the logits chunk by chunk
-  std::vector<int64_t> counts(L * (E + 1));
   double ema_tps = 0;
   const auto t_loop = clock_type::now();
   int64_t step = 0;
   for (step = 1; step <= c.steps; step++) {
     const auto t_step = clock_type::now();
-    grads.zero();
-    std::fill(counts.begin(), counts.end(), 0);
-    double loss = 0;
-    // The step's batches first: the loss normaliser is the step's whole count of targets, so that the
-    // accumulated gradient is exactly that of the mean over every token of the step.
+    // The step's batches (ids checked here so that a bad one names the dataset file), then the step itself.
     std::vector<data::Batch> micro_batches;
-    int64_t step_targets = 0;
     for (int64_t micro = 0; micro < c.grad_accum; micro++) {
       micro_batches.push_back(loader.next_batch(c.micro_batch, c.seq_len));
-      const data::Batch& b = micro_batches.back();
-      for (int32_t id : b.input_ids)
+      for (int32_t id : micro_batches.back().input_ids)
         ZAYA_CHECK(id >= 0 && id < mc.vocab_size, c.train_data, ": token id ", id,
                    " does not fit the model's vocabulary of ", mc.vocab_size);
-      step_targets += count_targets(b.targets.data(), int64_t(b.targets.size()));
     }
-    for (const data::Batch& b : micro_batches) {
-      Activations acts;
-      fo.record = &acts;
-      ZayaCache cache(mc, b.rows);
-      zaya_forward(compute, cache, b.input_ids.data(), nullptr, b.rows, b.seq_len, fo, res, scratch);
-      loss += zaya_backward(compute, acts, b.targets.data(), grads, step_targets);
-      for (int64_t l = 0; l < L; l++)
-        for (int32_t ch : acts.layers[l].choice) counts[l * (E + 1) + ch]++;
-    }
-    ClipResult clip = clip_grad_norm(params, c.optim.grad_clip);
-    const double lr = lr_at(c.optim.schedule, c.optim.lr, step - 1);
-    if (clip.finite && std::isfinite(loss)) {
-      optim.step(params, float(lr));
-      balancer.update(counts.data(), biases);
-      tm.refresh_compute();
-    } else {
+    const StepResult sr = train_step(tm, optim, balancer, micro_batches, c.optim, step, scratch);
+    const double loss = sr.loss, lr = sr.lr;
+    const std::vector<int64_t>& counts = sr.counts;
+    if (!sr.finite) {
       sum.skipped_steps++;
       std::fprintf(stderr, "train: step %ld: non-finite loss or gradient, update skipped (%ld so far)\n",
                    long(step), long(sum.skipped_steps));
@@ -200,7 +174,7 @@ TrainSummary run_training(const TrainConfig& c) {
     nlohmann::json row = {{"step", step},
                           {"loss", loss},
                           {"lr", lr},
-                          {"grad_norm", clip.norm},
+                          {"grad_norm", sr.grad_norm},
                           {"tokens_per_s", tps},
                           {"mfu", mfu},
                           {"seconds", elapsed},
@@ -221,7 +195,7 @@ TrainSummary run_training(const TrainConfig& c) {
           stderr,
           "step %5ld/%ld | loss %.4f | lr %.2e | gnorm %6.3f | %7.0f tok/s | MFU %4.1f%% | load H/lnE min "
           "%.3f | skip %.3f | ETA %s%s\n",
-          long(step), long(c.steps), loss, lr, clip.norm, tps, 100 * mfu, ent_min, skip_frac,
+          long(step), long(c.steps), loss, lr, sr.grad_norm, tps, 100 * mfu, ent_min, skip_frac,
           format_duration(std::max(0.0, eta)).c_str(),
           std::isnan(val) ? "" : str_cat(" | val ", val).c_str());
     }

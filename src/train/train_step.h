@@ -1,0 +1,42 @@
+// One optimizer step of training: forward + backward over the step's micro-batches, global-norm clipping,
+// the scheduled learning rate, the optimizer update and the balancing-controller update. The trainer's loop
+// (train/trainer.cpp) and the trajectory test against the PyTorch reference (tests/train_traj_test.cpp) both
+// run exactly this function; data-parallel training extends it (gradient and count reduction go between the
+// backward and the clipping).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "data/loader.h"
+#include "model/zaya.h"
+#include "train/balancer.h"
+#include "train/optim_config.h"
+#include "train/optimizer.h"
+#include "train/train_model.h"
+
+namespace zaya::train {
+
+struct StepResult {
+  double loss = 0;       // mean CE over every counted target (!= -100) of the step's micro-batches
+  double grad_norm = 0;  // global gradient norm before clipping (NaN / Inf when a gradient is not finite)
+  double lr = 0;         // the scheduled learning rate of this update
+  bool clipped = false;  // the gradients were scaled down to optim.grad_clip
+  bool finite = true;    // false: non-finite loss or gradient, no update was applied (weights, optimizer
+                         // and balancer state unchanged)
+  int64_t targets = 0;   // counted targets of the step
+  std::vector<int64_t> counts;  // [L, E+1] tokens routed to each expert (index E = skip), all micro-batches
+};
+
+// Runs update `step` (1-based; the schedule sees step - 1) on `tm` from `micro_batches` (gradient
+// accumulation: the gradient is that of the mean over every counted target of all of them).
+//   micro_batches: each [rows, seq_len] input ids and targets (-100 = ignored); ids must lie in
+//   [0, vocab_size) (zaya::Error naming the micro-batch otherwise); at least one micro-batch.
+//   optim_cfg: grad_clip, lr and schedule are read here; `optim` and `balancer` were built from it.
+// On a finite step: optimizer update of the master weights, balancer update of the balancing biases from
+// the step's counts, compute weights refreshed. Gradients are left in tm.grads (clipped).
+StepResult train_step(TrainModel& tm, Optimizer& optim, BalanceController& balancer,
+                      const std::vector<data::Batch>& micro_batches, const OptimConfig& optim_cfg,
+                      int64_t step, ForwardScratch& scratch);
+
+}  // namespace zaya::train
