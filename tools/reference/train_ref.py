@@ -4,7 +4,10 @@ tests/train_traj_test.cpp.
 
 Regenerate (needs torch, i.e. Debian's /usr/bin/python3, not the pyenv python3):
 
-    /usr/bin/python3 tools/reference/train_ref.py
+    /usr/bin/python3 tools/reference/train_ref.py                 # both variants (about 2 minutes on 2 cores)
+    /usr/bin/python3 tools/reference/train_ref.py adamw_accum2    # one variant
+    /usr/bin/python3 tools/reference/train_ref.py --fp32-to DIR   # the same in float32, written to DIR: how
+                                                                  # far fp32 rounding alone moves the trajectory
 
 What one step does here (the same as zaya.cpp's train_step):
   1. forward + autograd backward of every micro-batch of the step; each micro-batch's summed per-token CE is
