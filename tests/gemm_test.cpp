@@ -133,14 +133,14 @@ void check_backend(GemmBackend backend, DType a_type, DType b_type, double rtol)
 
 TEST(Gemm, Fp32AllBackends) {
   for (GemmBackend b : {GemmBackend::Auto, GemmBackend::OneDnn, GemmBackend::OneDnnRuntimeM,
-                        GemmBackend::OpenBlas, GemmBackend::Reference}) {
+                        GemmBackend::OneDnnRuntimeMK, GemmBackend::OpenBlas, GemmBackend::Reference}) {
     check_backend(b, DType::F32, DType::F32, 1e-5);
   }
 }
 
 TEST(Gemm, Bf16AllBackends) {
-  for (GemmBackend b :
-       {GemmBackend::Auto, GemmBackend::OneDnn, GemmBackend::OneDnnRuntimeM, GemmBackend::Reference}) {
+  for (GemmBackend b : {GemmBackend::Auto, GemmBackend::OneDnn, GemmBackend::OneDnnRuntimeM,
+                        GemmBackend::OneDnnRuntimeMK, GemmBackend::Reference}) {
     check_backend(b, DType::BF16, DType::BF16, 1e-3);
   }
 }
@@ -244,6 +244,15 @@ TEST(Gemm, PrimitiveCacheIsReused) {
               C.data(), 29);
   }
   EXPECT_EQ(gemm_cached_primitives(), with_runtime);
+  // A runtime-M/K primitive serves every M and K of its N.
+  gemm_with(GemmBackend::OneDnnRuntimeMK, 3, 29, 23, 1.0f, mat(A.data(), 32), mat(B.data(), 32, true), 0.0f,
+            C.data(), 29);
+  const int64_t with_runtime_mk = gemm_cached_primitives();
+  for (int64_t k = 1; k <= 32; k += 3) {
+    gemm_with(GemmBackend::OneDnnRuntimeMK, 32 - k, 29, k, 1.0f, mat(A.data(), 32), mat(B.data(), 32, true),
+              0.0f, C.data(), 29);
+  }
+  EXPECT_EQ(gemm_cached_primitives(), with_runtime_mk);
 }
 
 TEST(Gemm, LinearForward) {

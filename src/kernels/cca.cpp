@@ -201,45 +201,55 @@ void cca_conv_backward(float* dframes, float* dw0, float* db0, float* dw1, float
   const int64_t C = dm.C(), d = dm.d, t0 = dm.t0, t1 = dm.t1, P = dm.P();
   const int64_t n_mid = S + t1 - 1;
   std::vector<float> dmid(n_mid * C, 0.f);
-  // Grouped conv: c_t[o] reads mid rows t + j (j < t1), channels g(o)·d + c'. Parallel over heads (groups):
-  // a group's outputs o touch only its own dw1/db1 rows and its own dmid columns.
+  // Grouped conv, per group g and tap j two GEMMs (the forward's product, with the same tap-major weights
+  // w1t[j][o][c'] = W1[o,c',j]):
+  //   ḡmid[j : j+S, g·d : (g+1)·d] += ḡc[:, g·d : (g+1)·d] · w1t[j][g·d : (g+1)·d]
+  //   ḡw1t[j][g·d : (g+1)·d]       += ḡc[:, g·d : (g+1)·d]ᵀ · mid[j : j+S, g·d : (g+1)·d]
+  // Parallel over groups: a group touches only its own ḡmid columns and its own weight rows.
   const int64_t groups = dm.Hq + dm.Hk;
+  std::vector<float> w1t(t1 * C * d), dw1t(t1 * C * d, 0.f);
+  for (int64_t o = 0; o < C; o++)
+    for (int64_t c = 0; c < d; c++)
+      for (int64_t j = 0; j < t1; j++) w1t[(j * C + o) * d + c] = w1[(o * d + c) * t1 + j];
 #pragma omp parallel for schedule(dynamic, 1) if (S * C * d > 65536)
-  for (int64_t grp = 0; grp < groups; grp++) {
-    for (int64_t t = 0; t < S; t++) {
-      for (int64_t o = grp * d; o < (grp + 1) * d; o++) {
-        const float g = dout[t * C + o];
-        db1[o] += g;
-        if (g == 0.f) continue;
-        const int64_t base = (o / d) * d;
-        const float* w = w1 + o * d * t1;
-        float* dw = dw1 + o * d * t1;
-        for (int64_t j = 0; j < t1; j++) {
-          const float* m = mid + (t + j) * C + base;
-          float* dmr = dmid.data() + (t + j) * C + base;
-          for (int64_t c = 0; c < d; c++) {
-            dw[c * t1 + j] += g * m[c];
-            dmr[c] += g * w[c * t1 + j];
-          }
-        }
-      }
+  for (int64_t g = 0; g < groups; g++) {
+    for (int64_t j = 0; j < t1; j++) {
+      const int64_t wrow = (j * C + g * d) * d;
+      gemm(S, d, d, 1.f, mat(dout + g * d, C), mat(w1t.data() + wrow, d), 1.f, dmid.data() + j * C + g * d,
+           C);
+      gemm(d, d, S, 1.f, mat(dout + g * d, C, /*trans=*/true), mat(mid + j * C + g * d, C), 1.f,
+           dw1t.data() + wrow, d);
     }
   }
+  for (int64_t o = 0; o < C; o++)
+    for (int64_t c = 0; c < d; c++)
+      for (int64_t j = 0; j < t1; j++) dw1[(o * d + c) * t1 + j] += dw1t[(j * C + o) * d + c];
+  for (int64_t t = 0; t < S; t++)
+    for (int64_t o = 0; o < C; o++) db1[o] += dout[t * C + o];
+
   // Depthwise conv: mid row s reads frame rows s + j (j < t0). Every mid row, including the leading σ < 0
-  // ones (b0 over zero or cached frames), depends on b0.
+  // ones (b0 over zero or cached frames), depends on b0. Tap-major weights so the channel loops are unit
+  // stride.
+  std::vector<float> w0t(t0 * C), dw0t(t0 * C, 0.f);
+  for (int64_t c = 0; c < C; c++)
+    for (int64_t j = 0; j < t0; j++) w0t[j * C + c] = w0[c * t0 + j];
   for (int64_t i = 0; i < (P + S) * C; i++) dframes[i] = 0.f;
   for (int64_t s = 0; s < n_mid; s++) {
     const float* g = dmid.data() + s * C;
     for (int64_t c = 0; c < C; c++) db0[c] += g[c];
     for (int64_t j = 0; j < t0; j++) {
       const float* u = frames + (s + j) * C;
+      const float* w = w0t.data() + j * C;
+      float* dw = dw0t.data() + j * C;
       float* du = dframes + (s + j) * C;
       for (int64_t c = 0; c < C; c++) {
-        dw0[c * t0 + j] += g[c] * u[c];
-        du[c] += g[c] * w0[c * t0 + j];
+        dw[c] += g[c] * u[c];
+        du[c] += g[c] * w[c];
       }
     }
   }
+  for (int64_t c = 0; c < C; c++)
+    for (int64_t j = 0; j < t0; j++) dw0[c * t0 + j] += dw0t[j * C + c];
 }
 
 }  // namespace zaya

@@ -217,7 +217,7 @@ dnnl::stream& thread_stream() {
 }
 
 struct PrimitiveKey {
-  int64_t M, N, K;  // M == DNNL_RUNTIME_DIM_VAL for a runtime-M primitive
+  int64_t M, N, K;  // M (and K) == DNNL_RUNTIME_DIM_VAL for a runtime-M (runtime-MK) primitive
   int64_t lda, ldb, ldc;
   bool trans_a, trans_b, bf16;
   int threads;  // oneDNN fixes a primitive's thread partition when it is created
@@ -245,12 +245,12 @@ using dims = dnnl::memory::dims;
 using dt = dnnl::memory::data_type;
 
 // Memory descriptors of op(A)[M,K], op(B)[K,N] (strides express the transposes) and C[M,N].
-dnnl::memory::desc desc_a(const PrimitiveKey& k, int64_t M) {
-  return dnnl::memory::desc({M, k.K}, k.bf16 ? dt::bf16 : dt::f32,
-                            k.trans_a ? dims{1, k.lda} : dims{k.lda, 1});
+// M and K are the key's (possibly runtime) dims when creating, the actual ones when executing.
+dnnl::memory::desc desc_a(const PrimitiveKey& k, int64_t M, int64_t K) {
+  return dnnl::memory::desc({M, K}, k.bf16 ? dt::bf16 : dt::f32, k.trans_a ? dims{1, k.lda} : dims{k.lda, 1});
 }
-dnnl::memory::desc desc_b(const PrimitiveKey& k) {
-  return dnnl::memory::desc({k.K, k.N}, k.bf16 ? dt::bf16 : dt::f32,
+dnnl::memory::desc desc_b(const PrimitiveKey& k, int64_t K) {
+  return dnnl::memory::desc({K, k.N}, k.bf16 ? dt::bf16 : dt::f32,
                             k.trans_b ? dims{1, k.ldb} : dims{k.ldb, 1});
 }
 dnnl::memory::desc desc_c(const PrimitiveKey& k, int64_t M) {
@@ -270,7 +270,7 @@ std::shared_ptr<const Primitive> create_primitive(const PrimitiveKey& k) {
     ops.append_sum(beta);  // C = alpha * A·B + beta * C
     attr.set_post_ops(ops);
   }
-  dnnl::matmul::desc desc(desc_a(k, k.M), desc_b(k), desc_c(k, k.M));
+  dnnl::matmul::desc desc(desc_a(k, k.M, k.K), desc_b(k, k.K), desc_c(k, k.M));
   dnnl::matmul::primitive_desc pd(desc, attr, cpu_engine());
   return std::make_shared<const Primitive>(Primitive{dnnl::matmul(pd), pd.scratchpad_desc()});
 }
@@ -309,11 +309,12 @@ PrimitiveCache& primitive_cache() {
 }
 
 // A and B are both F32 or both BF16 here.
-void onednn_gemm(bool runtime_m, int64_t M, int64_t N, int64_t K, float alpha, const MatRef& A,
-                 const MatRef& B, float beta, float* C, int64_t ldc) {
+void onednn_gemm(bool runtime_m, bool runtime_k, int64_t M, int64_t N, int64_t K, float alpha,
+                 const MatRef& A, const MatRef& B, float beta, float* C, int64_t ldc) {
   PrimitiveKey key{};
   key.M = runtime_m ? DNNL_RUNTIME_DIM_VAL : M;
-  key.N = N, key.K = K;
+  key.N = N;
+  key.K = runtime_k ? DNNL_RUNTIME_DIM_VAL : K;
   key.lda = A.ld, key.ldb = B.ld, key.ldc = ldc;
   key.trans_a = A.trans, key.trans_b = B.trans;
   key.bf16 = A.dtype == DType::BF16;
@@ -325,8 +326,8 @@ void onednn_gemm(bool runtime_m, int64_t M, int64_t N, int64_t K, float alpha, c
   try {
     std::shared_ptr<const Primitive> prim = primitive_cache().get(key);
     dnnl::engine& engine = cpu_engine();
-    dnnl::memory a(desc_a(key, M), engine, const_cast<void*>(A.data));
-    dnnl::memory b(desc_b(key), engine, const_cast<void*>(B.data));
+    dnnl::memory a(desc_a(key, M, K), engine, const_cast<void*>(A.data));
+    dnnl::memory b(desc_b(key, K), engine, const_cast<void*>(B.data));
     dnnl::memory c(desc_c(key, M), engine, C);
     dnnl::memory scratch(prim->scratchpad, engine, t_dnnl_scratchpad.get(prim->scratchpad.get_size()));
     dnnl::stream& stream = thread_stream();
@@ -375,6 +376,8 @@ const char* gemm_backend_name(GemmBackend backend) {
       return "onednn";
     case GemmBackend::OneDnnRuntimeM:
       return "onednn-runtime-m";
+    case GemmBackend::OneDnnRuntimeMK:
+      return "onednn-runtime-mk";
     case GemmBackend::OpenBlas:
       return "openblas";
     case GemmBackend::Reference:
@@ -409,7 +412,8 @@ void gemm_with(GemmBackend backend, int64_t M, int64_t N, int64_t K, float alpha
   MatRef a = A, b = B;
   if (bf16 && a.dtype == DType::F32) a = to_bf16(a, a.trans ? K : M, a.trans ? M : K, t_bf16_a);
   if (bf16 && b.dtype == DType::F32) b = to_bf16(b, b.trans ? N : K, b.trans ? K : N, t_bf16_b);
-  onednn_gemm(backend == GemmBackend::OneDnnRuntimeM, M, N, K, alpha, a, b, beta, C, ldc);
+  onednn_gemm(backend == GemmBackend::OneDnnRuntimeM || backend == GemmBackend::OneDnnRuntimeMK,
+              backend == GemmBackend::OneDnnRuntimeMK, M, N, K, alpha, a, b, beta, C, ldc);
 }
 
 void gemm(int64_t M, int64_t N, int64_t K, float alpha, const MatRef& A, const MatRef& B, float beta,

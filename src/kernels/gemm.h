@@ -39,9 +39,11 @@ void gemm(int64_t M, int64_t N, int64_t K, float alpha, const MatRef& A, const M
 // The backends behind gemm(), selectable for tests and benchmarks. Auto is what gemm() does.
 //   OneDnn         oneDNN matmul, every dim fixed in the primitive (one primitive per shape, cached)
 //   OneDnnRuntimeM oneDNN matmul with M a runtime dim (one primitive for all M of an N,K shape)
+//   OneDnnRuntimeMK oneDNN matmul with M and K runtime dims (one primitive for all M, K of an N: weight
+//                  gradients over a varying token count K, e.g. per expert)
 //   OpenBlas       cblas_sgemm, single-threaded calls split over the OpenMP threads (fp32 only)
 //   Reference      plain loops with fp32 accumulation (slow; a cross-check, never chosen by Auto)
-enum class GemmBackend { Auto, OneDnn, OneDnnRuntimeM, OpenBlas, Reference };
+enum class GemmBackend { Auto, OneDnn, OneDnnRuntimeM, OneDnnRuntimeMK, OpenBlas, Reference };
 const char* gemm_backend_name(GemmBackend backend);
 
 // gemm() on a chosen backend; OpenBlas with a BF16 operand throws.

@@ -131,26 +131,49 @@ void moe_experts_backward(float* du, float* dweight, float* dgate_up, float* ddo
     }
     dweight[t] = float(dot);
   }
-  // Expert token counts change every step: the input-gradient products take oneDNN's runtime-M primitive
-  // (one per weight shape) and the weight-gradient products (K = token count, all operands fp32) OpenBLAS,
-  // so no step builds fixed-shape primitives for its particular counts.
+  // Expert token counts change every step, so no product may build a primitive per count: the input-gradient
+  // products take oneDNN's runtime-M primitive (one per weight shape), the weight-gradient products (K = the
+  // expert's token count) the runtime-M/K one with bf16 weights, OpenBLAS in fp32 (its fastest fp32 path).
+  // With bf16 weights the products take bf16 inputs with fp32 accumulation, as the forward's do; each
+  // activation is rounded once here rather than once per product.
+  const bool bf16 = down.dtype == DType::BF16;
+  std::vector<uint16_t> dy16, act16, dgu16, x16;
+  auto rows_bf16 = [&](std::vector<uint16_t>& out, const float* src, int64_t cols) {
+    out.resize(std::max<int64_t>(n, 1) * cols);
+    convert_f32_to_bf16(out.data(), src, n * cols);
+  };
+  // Operand r0 rows into a [*, cols] activation: bf16 copy when the weights are bf16, the fp32 rows
+  // otherwise.
+  auto rows = [&](const std::vector<uint16_t>& v16, const float* v32, int64_t r0, int64_t cols, bool trans) {
+    return bf16 ? MatRef{v16.data() + r0 * cols, DType::BF16, cols, trans}
+                : mat(v32 + r0 * cols, cols, trans);
+  };
+  const GemmBackend weight_grad = bf16 ? GemmBackend::OneDnnRuntimeMK : GemmBackend::OpenBlas;
+  if (bf16) {
+    rows_bf16(dy16, dy.data(), H);
+    rows_bf16(act16, act, I);
+  }
   for (int64_t e = 0; e < E; e++) {
     const int64_t o0 = plan.offsets[e], ne = plan.offsets[e + 1] - o0;
     if (ne == 0) continue;
     // y = ψ·D_eᵀ:  ḡD_e += ḡyᵀ·ψ,  ḡψ = ḡy·D_e.
-    gemm_with(GemmBackend::OpenBlas, H, I, ne, 1.f, mat(dy.data() + o0 * H, H, /*trans=*/true),
-              mat(act + o0 * I, I), 1.f, ddown + e * H * I, I);
-    gemm_with(GemmBackend::OneDnnRuntimeM, ne, I, H, 1.f, mat(dy.data() + o0 * H, H),
+    gemm_with(weight_grad, H, I, ne, 1.f, rows(dy16, dy.data(), o0, H, /*trans=*/true),
+              rows(act16, act, o0, I, false), 1.f, ddown + e * H * I, I);
+    gemm_with(GemmBackend::OneDnnRuntimeM, ne, I, H, 1.f, rows(dy16, dy.data(), o0, H, false),
               expert_mat(down, e, false), 0.f, dact.data() + o0 * I, I);
   }
   swiglu_backward(dgu.data(), dact.data(), gu, n, I);
+  if (bf16) {
+    rows_bf16(dgu16, dgu.data(), 2 * I);
+    rows_bf16(x16, x.data(), H);
+  }
   for (int64_t e = 0; e < E; e++) {
     const int64_t o0 = plan.offsets[e], ne = plan.offsets[e + 1] - o0;
     if (ne == 0) continue;
     // [a|b] = x·G_eᵀ:  ḡG_e += [ḡa|ḡb]ᵀ·x,  ḡx = [ḡa|ḡb]·G_e.
-    gemm_with(GemmBackend::OpenBlas, 2 * I, H, ne, 1.f, mat(dgu.data() + o0 * 2 * I, 2 * I, /*trans=*/true),
-              mat(x.data() + o0 * H, H), 1.f, dgate_up + e * 2 * I * H, H);
-    gemm_with(GemmBackend::OneDnnRuntimeM, ne, H, 2 * I, 1.f, mat(dgu.data() + o0 * 2 * I, 2 * I),
+    gemm_with(weight_grad, 2 * I, H, ne, 1.f, rows(dgu16, dgu.data(), o0, 2 * I, /*trans=*/true),
+              rows(x16, x.data(), o0, H, false), 1.f, dgate_up + e * 2 * I * H, H);
+    gemm_with(GemmBackend::OneDnnRuntimeM, ne, H, 2 * I, 1.f, rows(dgu16, dgu.data(), o0, 2 * I, false),
               expert_mat(gate_up, e, false), 0.f, dx.data() + o0 * H, H);
   }
   for (int64_t r = 0; r < n; r++) {
