@@ -9,8 +9,8 @@ namespace zaya {
 
 // y[M,N] = x[M,K]·W[N,K]ᵀ (+ b[N]):
 //   dx[M,K] = dy·W, or += when `accumulate` (dx nullable: no input gradient)
-//   dW[N,K] += dyᵀ·x (fp32)     db[N] += Σ_rows dy (db nullable: no bias)
-// W may be F32 or BF16 (then dy is rounded to bf16 for dx, as every bf16 GEMM does).
+//   dW[N,K] += dyᵀ·x (fp32 accumulation)     db[N] += Σ_rows dy (db nullable: no bias)
+// W may be F32 or BF16 (then dy and x are rounded to bf16 for both products, as every bf16 GEMM does).
 void linear_backward(float* dx, bool accumulate, float* dW, float* db, const float* dy, const float* x,
                      const Tensor& W, int64_t M);
 
