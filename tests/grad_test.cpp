@@ -6,7 +6,9 @@
 // must match expected.json within 1e-5.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -442,4 +444,216 @@ TEST(Grad, AccumulationOverMicroBatchesEqualsTheWholeBatch) {
   EXPECT_LE(worst, 5e-6);
   std::printf("accumulated vs whole-batch gradient: max |err| = %.3g\n", worst);
   EXPECT_THROW(run(in.input_ids.data(), targets.data(), 1, accum, 3), Error);  // total below own count
+}
+
+// ---- Activation recomputation (ForwardOptions::recompute) ----
+
+namespace {
+
+struct RecomputeCase {
+  std::string dir;
+  bool legacy = false;
+  std::string suffix;  // inputs<suffix>.json
+};
+
+// The golden case, every ref_* case with native semantics, and the legacy ones with legacy semantics
+// (skip passthrough).
+std::vector<RecomputeCase> recompute_cases() {
+  std::vector<RecomputeCase> cases = {{test::golden_dir(), false, ""}};
+  std::vector<std::string> refs;
+  for (const auto& e : std::filesystem::directory_iterator(test::data_dir()))
+    if (e.path().filename().string().rfind("ref_", 0) == 0 &&
+        std::filesystem::exists(e.path() / "inputs.json"))
+      refs.push_back(e.path().string());
+  std::sort(refs.begin(), refs.end());
+  for (const std::string& d : refs) {
+    cases.push_back({d, false, ""});
+    if (std::filesystem::exists(d + "/inputs_legacy.json")) cases.push_back({d, true, "_legacy"});
+  }
+  return cases;
+}
+
+struct RecomputeRun {
+  ZayaGrads grads;
+  double loss = 0;
+  size_t kept_bytes = 0;
+};
+
+// A recording forward (recompute on or off) and the backward, with the given compute dtype.
+RecomputeRun run_recompute(const ZayaModel& model, const ModelInputs& in, bool recompute) {
+  RecomputeRun r;
+  ZayaCache cache(model.cfg, in.B);
+  Activations acts;
+  ForwardOptions opt;
+  opt.record = &acts;
+  opt.recompute = recompute;
+  ForwardResult res;
+  ForwardScratch sc;
+  zaya_forward(model, cache, in.input_ids.data(),
+               in.attention_mask.empty() ? nullptr : in.attention_mask.data(), in.B, in.S, opt, res, sc);
+  EXPECT_EQ(acts.recompute, recompute);
+  if (recompute) {
+    for (const LayerActivations& l : acts.layers) {
+      EXPECT_EQ(int64_t(l.x.size()), in.B * in.S * model.cfg.hidden_size);
+      EXPECT_EQ(int64_t(l.rho.size()), in.B * in.S * model.cfg.router_hidden_size);
+      EXPECT_TRUE(l.h.empty() && l.qk.empty() && l.gu.empty() && l.m.empty())
+          << "recompute keeps only x, rho";
+    }
+    EXPECT_GT(acts.block_bytes, 0u);
+  }
+  r.kept_bytes = acts.bytes();
+  r.grads = ZayaGrads::zeros(model.cfg);
+  r.loss = zaya_backward(model, acts, in.targets.data(), r.grads, 0, recompute ? &sc : nullptr);
+  return r;
+}
+
+// Bitwise equality of two float arrays; reports the first differing entry. Returns the mismatch count.
+int64_t count_bit_mismatches(const float* got, const float* want, int64_t n, const std::string& what) {
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n; i++) {
+    if (std::memcmp(got + i, want + i, sizeof(float)) == 0) continue;
+    if (bad == 0) ADD_FAILURE() << what << "[" << i << "]: " << got[i] << " vs " << want[i];
+    bad++;
+  }
+  return bad;
+}
+
+}  // namespace
+
+// Recomputation changes only what is kept, never a value: for every case, with fp32 and with bf16 compute,
+// the loss and every gradient entry are bitwise those of the recording without recomputation.
+TEST(Grad, RecomputeGivesBitwiseIdenticalGradients) {
+  int runs = 0;
+  for (const RecomputeCase& rc : recompute_cases()) {
+    for (DType dt : {DType::F32, DType::BF16}) {
+      SCOPED_TRACE(rc.dir + rc.suffix + (dt == DType::BF16 ? " bf16" : " fp32"));
+      LoadOptions lo;
+      lo.compute = dt;
+      lo.legacy_semantics = rc.legacy;
+      ZayaModel model = ZayaModel::load(rc.dir, lo);
+      ModelInputs in = load_model_inputs(rc.dir + "/inputs" + rc.suffix + ".json");
+      RecomputeRun off = run_recompute(model, in, false);
+      RecomputeRun on = run_recompute(model, in, true);
+      EXPECT_EQ(std::memcmp(&on.loss, &off.loss, sizeof(double)), 0) << on.loss << " vs " << off.loss;
+      EXPECT_LT(on.kept_bytes, off.kept_bytes);
+      auto want = off.grads.named(model.cfg), got = on.grads.named(model.cfg);
+      ASSERT_EQ(want.size(), got.size());
+      int64_t entries = 0, bad = 0;
+      for (size_t p = 0; p < want.size(); p++) {
+        ASSERT_EQ(got[p].slot->numel(), want[p].slot->numel());
+        bad += count_bit_mismatches(got[p].slot->f32(), want[p].slot->f32(), want[p].slot->numel(),
+                                    want[p].name);
+        entries += want[p].slot->numel();
+      }
+      EXPECT_EQ(bad, 0);
+      std::printf("%s%s %s: %lld gradient entries bitwise equal, loss %.9g, kept %.1f KB vs %.1f KB\n",
+                  rc.dir.c_str(), rc.suffix.c_str(), dt == DType::BF16 ? "bf16" : "fp32",
+                  static_cast<long long>(entries - bad), on.loss, on.kept_bytes / 1024.0,
+                  off.kept_bytes / 1024.0);
+      runs++;
+    }
+  }
+  EXPECT_GE(runs, 14) << "golden + 5 ref cases (+ 2 legacy), fp32 and bf16";
+}
+
+// zaya_recompute_block refills every recorded vector of a block bitwise (padded rows included: the
+// ref_sliding_bias inputs carry an attention mask with padding, and a sliding-window layer).
+TEST(Grad, RecomputedBlockEqualsTheRecordedOne) {
+  const std::string dir = test::data_dir() + "/ref_sliding_bias";
+  ZayaModel model = ZayaModel::load(dir);
+  ModelInputs in = load_model_inputs(dir + "/inputs.json");
+  ASSERT_FALSE(in.attention_mask.empty());
+  Activations full, kept;
+  for (Activations* acts : {&full, &kept}) {
+    ZayaCache cache(model.cfg, in.B);
+    ForwardOptions opt;
+    opt.record = acts;
+    opt.recompute = acts == &kept;
+    ForwardResult res;
+    ForwardScratch sc;
+    zaya_forward(model, cache, in.input_ids.data(), in.attention_mask.data(), in.B, in.S, opt, res, sc);
+  }
+  ASSERT_TRUE(full.zero_pads);
+  ForwardScratch sc;
+  LayerActivations block;
+  for (int64_t li = model.cfg.num_hidden_layers - 1; li >= 0; li--) {
+    SCOPED_TRACE(li);
+    zaya_recompute_block(model, kept, li, block, sc);
+    const LayerActivations& want = full.layers[li];
+    EXPECT_EQ(block.bytes(), want.bytes());
+    EXPECT_LE(block.bytes(), kept.block_bytes);
+    const std::pair<const char*, std::pair<const std::vector<float>*, const std::vector<float>*>> vecs[] = {
+        {"x", {&block.x, &want.x}},
+        {"rstd_in", {&block.rstd_in, &want.rstd_in}},
+        {"h", {&block.h, &want.h}},
+        {"raw", {&block.raw, &want.raw}},
+        {"mid", {&block.mid, &want.mid}},
+        {"conv", {&block.conv, &want.conv}},
+        {"qk", {&block.qk, &want.qk}},
+        {"vals", {&block.vals, &want.vals}},
+        {"lse", {&block.lse, &want.lse}},
+        {"ocat", {&block.ocat, &want.ocat}},
+        {"a", {&block.a, &want.a}},
+        {"y", {&block.y, &want.y}},
+        {"rstd_post", {&block.rstd_post, &want.rstd_post}},
+        {"u", {&block.u, &want.u}},
+        {"rho", {&block.rho, &want.rho}},
+        {"rstd_router", {&block.rstd_router, &want.rstd_router}},
+        {"rnorm", {&block.rnorm, &want.rnorm}},
+        {"pre1", {&block.pre1, &want.pre1}},
+        {"z1", {&block.z1, &want.z1}},
+        {"pre2", {&block.pre2, &want.pre2}},
+        {"z2", {&block.z2, &want.z2}},
+        {"probs", {&block.probs, &want.probs}},
+        {"weight", {&block.weight, &want.weight}},
+        {"p_skip", {&block.p_skip, &want.p_skip}},
+        {"gu", {&block.gu, &want.gu}},
+        {"act", {&block.act, &want.act}},
+        {"ye", {&block.ye, &want.ye}},
+        {"m", {&block.m, &want.m}}};
+    for (const auto& [name, pair] : vecs) {
+      ASSERT_EQ(pair.first->size(), pair.second->size()) << name;
+      EXPECT_EQ(
+          count_bit_mismatches(pair.first->data(), pair.second->data(), int64_t(pair.second->size()), name),
+          0);
+    }
+    EXPECT_EQ(block.choice, want.choice);
+    EXPECT_EQ(block.plan.perm, want.plan.perm);
+    EXPECT_EQ(block.plan.offsets, want.plan.offsets);
+    EXPECT_EQ(kept.layers[li].choice, want.choice);
+  }
+}
+
+TEST(Grad, RecomputeBadInputsAreErrors) {
+  const std::string dir = test::golden_dir();
+  ZayaModel model = ZayaModel::load(dir);
+  ModelInputs in = load_model_inputs(dir + "/inputs.json");
+  ZayaCache cache(model.cfg, in.B);
+  Activations acts;
+  ForwardOptions opt;
+  opt.record = &acts;
+  ForwardResult res;
+  ForwardScratch sc;
+  zaya_forward(model, cache, in.input_ids.data(), nullptr, in.B, in.S, opt, res, sc);
+  LayerActivations block;
+  // A recording without recomputation kept everything: there is nothing to recompute from.
+  EXPECT_THROW(zaya_recompute_block(model, acts, 0, block, sc), Error);
+  Activations empty;
+  EXPECT_THROW(zaya_recompute_block(model, empty, 0, block, sc), Error);
+
+  ZayaCache cache2(model.cfg, in.B);
+  Activations kept;
+  opt.record = &kept;
+  opt.recompute = true;
+  zaya_forward(model, cache2, in.input_ids.data(), nullptr, in.B, in.S, opt, res, sc);
+  EXPECT_THROW(zaya_recompute_block(model, kept, model.cfg.num_hidden_layers, block, sc), Error);
+  EXPECT_THROW(zaya_recompute_block(model, kept, -1, block, sc), Error);
+  kept.layers[1].x.pop_back();  // a damaged recording
+  EXPECT_THROW(zaya_recompute_block(model, kept, 1, block, sc), Error);
+  // Recompute without `record` is an inference forward: nothing recorded, no error.
+  ForwardOptions inference;
+  inference.recompute = true;
+  ZayaCache cache3(model.cfg, in.B);
+  zaya_forward(model, cache3, in.input_ids.data(), nullptr, in.B, in.S, inference, res, sc);
+  EXPECT_FALSE(res.logits.empty());
 }

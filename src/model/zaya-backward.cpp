@@ -93,7 +93,7 @@ int64_t count_targets(const int32_t* targets, int64_t n) {
 }
 
 double zaya_backward(const ZayaModel& model, const Activations& acts, const int32_t* targets,
-                     ZayaGrads& grads, int64_t count_total) {
+                     ZayaGrads& grads, int64_t count_total, ForwardScratch* scratch) {
   ZAYA_PROFILE_SCOPE("zaya_backward");
   const ZayaConfig& c = model.cfg;
   const ZayaWeights& w = model.w;
@@ -170,9 +170,14 @@ double zaya_backward(const ZayaModel& model, const Activations& acts, const int3
       drho_carry(T * R, 0.f);
   std::vector<float> dqk(T * C), dvals(T * Kv), dmixed(T * C), draw(T * C), dqkv(T * NQ);
   std::vector<float> frames((P + S) * C), dframes((P + S) * C);
+  // Recomputation: one block's activations at a time, re-run from what the forward kept.
+  LayerActivations recomputed;
+  ForwardScratch local_scratch;
+  ForwardScratch& rsc = scratch ? *scratch : local_scratch;
 
   for (int64_t li = L - 1; li >= 0; li--) {
-    const LayerActivations& la = acts.layers[li];
+    if (acts.recompute) zaya_recompute_block(model, acts, li, recomputed, rsc);
+    const LayerActivations& la = acts.recompute ? recomputed : acts.layers[li];
     const ZayaLayerWeights& lw = w.layers[li];
     ZayaLayerWeights& lg = g.layers[li];
 

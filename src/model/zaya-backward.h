@@ -38,8 +38,12 @@ struct ZayaGrads {
 // a tied head); the skip class follows the model's semantics (native zero or legacy passthrough); the top-1
 // choice passes no gradient; EDA router states carry gradient across blocks. The [T, V] logits gradient
 // is formed one row chunk at a time.
+// Recomputation (acts.recompute): before each block's backward the block's forward is re-run from its kept
+// input into one reused LayerActivations (zaya_recompute_block), so at most one block's full activations
+// live at a time; the gradients are bitwise those of a recording without recomputation. `scratch`: the
+// buffers of those re-runs (pass the forward's to reuse them; null = a local one).
 double zaya_backward(const ZayaModel& model, const Activations& acts, const int32_t* targets,
-                     ZayaGrads& grads, int64_t count_total = 0);
+                     ZayaGrads& grads, int64_t count_total = 0, ForwardScratch* scratch = nullptr);
 
 // Counted targets (!= -100) among n.
 int64_t count_targets(const int32_t* targets, int64_t n);

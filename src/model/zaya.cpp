@@ -75,7 +75,258 @@ void embed_rows(float* x, const int32_t* ids, int64_t T, const ZayaWeights& w, i
   }
 }
 
+// The shape, mask, positions and cache state of one forward call, shared by its blocks.
+struct BlockCall {
+  int64_t B = 0, S = 0;
+  const int32_t* mask = nullptr;  // [B, S] or null
+  bool zero_pads = false;         // zero the normed input rows of padded positions (spec §5.5)
+  const int64_t* pos = nullptr;   // [S] absolute positions of the new tokens
+  bool has_state = false;         // the cache holds earlier tokens (false: a fresh sequence)
+  const std::vector<std::vector<uint8_t>>* key_valid = nullptr;  // [B][positions]: 0 = padded key
+  bool training = false;  // recording semantics: fp32 attention, every key kept (no sliding-window trim)
+};
+
+// One decoder block li (spec §5.5-5.8) over T = B·S tokens.
+//   x[T, H]: the block input, overwritten in place with the block output.
+//   rho_in[T, R]: the previous block's router state (unused, may be null, for block 0); the state this
+//   block passes on is left in sc.rho[T, R].
+//   lc: the block's cache layer; its conv and delayed-value states and its keys/values advance by S tokens.
+//   la: receives every intermediate the backward needs (null: nothing is copied).
+//   router_logits[T, E+1], choice_out[T]: taps (null: none).
+// Both the forward and the recomputation (zaya_recompute_block) run exactly this function.
+void block_forward(const ZayaModel& model, int64_t li, const BlockCall& call, ZayaLayerCache& lc, float* x,
+                   const float* rho_in, LayerActivations* la, float* router_logits, int32_t* choice_out,
+                   ForwardScratch& sc) {
+  const ZayaConfig& c = model.cfg;
+  const ZayaLayerWeights& lw = model.w.layers[li];
+  const int64_t B = call.B, S = call.S, T = B * S, H = c.hidden_size;
+  const int64_t A = c.q_dim(), Kv = c.kv_dim(), C = c.conv_channels(), P = c.conv_state_len();
+  const int64_t Hq = c.num_attention_heads, Hk = c.num_key_value_heads, d = c.head_dim;
+  const int64_t R = c.router_hidden_size, E = c.num_experts, I = c.moe_intermediate_size;
+  const CcaDims dm{Hq, Hk, d, c.cca_time0, c.cca_time1};
+  const int32_t* mask = call.mask;
+  const int64_t* pos = call.pos;
+  const float eps = float(c.rms_norm_eps);
+
+  float* h = grow(sc.h, T * H);
+  float* u = grow(sc.u, T * H);
+  float* a = grow(sc.a, T * H);
+  const int64_t NQ = C + Kv;  // fused projection width
+  float* qkv = grow(sc.qkv, T * NQ);
+  float* raw = grow(sc.raw, T * C);
+  float* vc = grow(sc.vc, T * Kv / 2);
+  float* dv = grow(sc.dv, T * Kv / 2);
+  float* frames = grow(sc.frames, (P + S) * C);
+  float* mid = grow(sc.mid, (S + c.cca_time1 - 1) * C);
+  float* conv = grow(sc.conv, T * C);
+  float* vals = grow(sc.vals, S * Kv);
+  float* ocat = grow(sc.ocat, T * A);
+  float* rho = grow(sc.rho, T * R);
+  float* r1 = grow(sc.r1, T * R);
+  float* r2 = grow(sc.r2, T * R);
+  float* probs = grow(sc.probs, T * (E + 1));
+  float* m = grow(sc.m, T * H);
+  int32_t* choice = grow(sc.choice, T);
+  float* weight = grow(sc.weight, T);
+  float* p_skip = grow(sc.p_skip, T);
+
+  if (la) {
+    keep(la->x, x, T * H);
+    la->rstd_in.resize(T);
+    la->mid.resize(B * (S + c.cca_time1 - 1) * C);
+    la->conv.resize(T * C);
+    la->qk.resize(T * C);
+    la->vals.resize(T * Kv);
+    la->lse.resize(T * Hq);
+  }
+
+  // ---- CCA attention (spec §5.5) ----
+  rmsnorm_forward(h, la ? la->rstd_in.data() : nullptr, x, lw.input_norm.f32(), T, H, eps);
+  if (call.zero_pads) {
+    for (int64_t t = 0; t < T; t++) {
+      if (!mask[t]) std::memset(h + t * H, 0, H * sizeof(float));
+    }
+  }
+  if (la) keep(la->h, h, T * H);
+  // One GEMM for q | k | v_cur | v_del, then split: raw[T, C] = [Q0 | K0], vc and dv [T, Kv/2].
+  linear_strided(qkv, NQ, h, lw.qkv, lw.qkv_bias.f32(), T);
+#pragma omp parallel for schedule(static) if (T * NQ > 65536)
+  for (int64_t t = 0; t < T; t++) {
+    const float* row = qkv + t * NQ;
+    std::memcpy(raw + t * C, row, C * sizeof(float));
+    std::memcpy(vc + t * Kv / 2, row + C, Kv / 2 * sizeof(float));
+    std::memcpy(dv + t * Kv / 2, row + C + Kv / 2, Kv / 2 * sizeof(float));
+  }
+  if (la) keep(la->raw, raw, T * C);
+
+  const int64_t key_pos0 = lc.start;
+  const int64_t old_len = lc.len;
+  for (int64_t b = 0; b < B; b++) {
+    // Raw frames: the P cached frames (zeros on a fresh sequence), then this call's S frames.
+    float* state = lc.conv.data() + b * P * C;
+    if (!call.has_state) std::memset(state, 0, P * C * sizeof(float));
+    std::memcpy(frames, state, P * C * sizeof(float));
+    std::memcpy(frames + P * C, raw + b * S * C, S * C * sizeof(float));
+    std::memcpy(state, frames + S * C, P * C * sizeof(float));  // new state = last P frames
+    float* cv = conv + b * S * C;
+    cca_conv_forward(cv, mid, frames, lw.conv0_w.f32(), lw.conv0_b.f32(), lw.conv1_w.f32(), lw.conv1_b.f32(),
+                     S, dm);
+    if (la) {
+      const int64_t n_mid = S + c.cca_time1 - 1;
+      std::memcpy(la->mid.data() + b * n_mid * C, mid, n_mid * C * sizeof(float));
+      std::memcpy(la->conv.data() + b * S * C, cv, S * C * sizeof(float));
+    }
+    cca_qk_forward(cv, raw + b * S * C, lw.temp.f32(), pos, S, dm, c.rotary_dim(li), c.rope(li).theta);
+    if (la) std::memcpy(la->qk.data() + b * S * C, cv, S * C * sizeof(float));
+
+    // Values: current half, and the delayed half shifted by one token (seeded by the cached Dv,
+    // or by v_proj_delayed(0) = its bias on a fresh sequence).
+    float* dv_state = lc.dv.data() + b * Kv / 2;
+    for (int64_t s = 0; s < S; s++) {
+      float* vrow = vals + s * Kv;
+      std::memcpy(vrow, vc + (b * S + s) * Kv / 2, Kv / 2 * sizeof(float));
+      const float* prev;
+      if (s > 0)
+        prev = dv + (b * S + s - 1) * Kv / 2;
+      else if (call.has_state)
+        prev = dv_state;
+      else
+        prev = nullptr;
+      if (prev)
+        std::memcpy(vrow + Kv / 2, prev, Kv / 2 * sizeof(float));
+      else if (lw.v_del_bias.data)
+        std::memcpy(vrow + Kv / 2, lw.v_del_bias.f32(), Kv / 2 * sizeof(float));
+      else
+        std::memset(vrow + Kv / 2, 0, Kv / 2 * sizeof(float));
+    }
+    std::memcpy(dv_state, dv + (b * S + S - 1) * Kv / 2, Kv / 2 * sizeof(float));
+    if (la) std::memcpy(la->vals.data() + b * S * Kv, vals, S * Kv * sizeof(float));
+
+    // Append keys and values: [Hk, cap, d] per row.
+    for (int64_t j = 0; j < Hk; j++) {
+      float* kd = lc.k.data() + ((b * Hk + j) * lc.cap + old_len) * d;
+      float* vd = lc.v.data() + ((b * Hk + j) * lc.cap + old_len) * d;
+      for (int64_t s = 0; s < S; s++) {
+        std::memcpy(kd + s * d, cv + s * C + A + j * d, d * sizeof(float));
+        std::memcpy(vd + s * d, vals + s * Kv + j * d, d * sizeof(float));
+      }
+    }
+    AttentionArgs args;
+    args.S = S;
+    args.Hq = Hq;
+    args.Hk = Hk;
+    args.d = d;
+    args.n_keys = old_len + S;
+    args.key_pos0 = key_pos0;
+    args.key_stride = lc.cap * d;
+    args.window = c.layer_types[li] == LayerType::HybridSliding ? c.sliding_window : 0;
+    args.gemm_dtype = call.training ? DType::F32 : model.w.compute;  // training keeps fp32 attention
+    const uint8_t* kvalid = (*call.key_valid)[b].data() + key_pos0;
+    attention_forward(ocat + b * S * A, la ? la->lse.data() + b * S * Hq : nullptr, cv, C,
+                      lc.k.data() + b * Hk * lc.cap * d, lc.v.data() + b * Hk * lc.cap * d, pos, kvalid,
+                      args);
+  }
+  lc.len = old_len + S;
+  // Sliding layers keep only the last W-1 keys (spec §7.4); a recording (training) forward keeps all.
+  if (!call.training && c.layer_types[li] == LayerType::HybridSliding && lc.len > c.sliding_window - 1) {
+    int64_t keep = c.sliding_window - 1, drop = lc.len - keep;
+    for (int64_t bh = 0; bh < B * Hk; bh++) {
+      float* kb = lc.k.data() + bh * lc.cap * d;
+      float* vb = lc.v.data() + bh * lc.cap * d;
+      std::memmove(kb, kb + drop * d, keep * d * sizeof(float));
+      std::memmove(vb, vb + drop * d, keep * d * sizeof(float));
+    }
+    lc.start += drop;
+    lc.len = keep;
+  }
+  linear_strided(a, H, ocat, lw.o_proj, opt_f32(lw.o_bias), T);
+  const ResidualScaleWeights& ra = lw.post_attn_scale;
+  residual_scale_forward(x, a, x, ra.hidden_bias.f32(), ra.hidden_scale.f32(), ra.residual_bias.f32(),
+                         ra.residual_scale.f32(), T, H);  // x now holds y
+  if (la) {
+    keep(la->ocat, ocat, T * A);
+    keep(la->a, a, T * H);
+    keep(la->y, x, T * H);
+    la->rstd_post.resize(T);
+    la->rstd_router.resize(T);
+  }
+
+  // ---- Router with EDA (spec §5.6) ----
+  rmsnorm_forward(u, la ? la->rstd_post.data() : nullptr, x, lw.post_norm.f32(), T, H, eps);
+  linear_strided(rho, R, u, lw.router_down, lw.router_down_bias.f32(), T);
+  if (li > 0) {
+    const float* gamma = lw.router_eda_scale.f32();
+    for (int64_t t = 0; t < T; t++) {
+      for (int64_t r = 0; r < R; r++) rho[t * R + r] += gamma[r] * rho_in[t * R + r];
+    }
+  }
+  rmsnorm_forward(r1, la ? la->rstd_router.data() : nullptr, rho, lw.router_norm.f32(), T, R,
+                  float(c.router_eps()));
+  if (la) {
+    keep(la->u, u, T * H);
+    keep(la->rho, rho, T * R);
+    keep(la->rnorm, r1, T * R);
+  }
+  linear_strided(r2, R, r1, lw.router_fc1, lw.router_fc1_bias.f32(), T);
+  if (la) keep(la->pre1, r2, T * R);
+  gelu_forward(r2, T * R);
+  linear_strided(r1, R, r2, lw.router_fc2, lw.router_fc2_bias.f32(), T);
+  if (la) {
+    keep(la->z1, r2, T * R);
+    keep(la->pre2, r1, T * R);
+  }
+  gelu_forward(r1, T * R);
+  if (la) keep(la->z2, r1, T * R);
+  linear_strided(probs, E + 1, r1, lw.router_out, nullptr, T);
+  if (router_logits) std::memcpy(router_logits, probs, T * (E + 1) * sizeof(float));
+  softmax_forward(probs, T, E + 1);
+  route_top1(choice, weight, probs, lw.balancing_biases.f32(), T, E);
+  for (int64_t t = 0; t < T; t++) p_skip[t] = probs[t * (E + 1) + E];
+  if (choice_out) std::memcpy(choice_out, choice, T * sizeof(int32_t));
+
+  // ---- Experts (spec §5.8) and the post-MLP residual merge ----
+  ExpertPlan plan = plan_experts(choice, T, E);
+  moe_experts_forward(m, u, choice, weight, p_skip, plan, lw.experts_gate_up, lw.experts_down, T, H, I, E,
+                      c.skip_passthrough, sc.moe);
+  if (la) {
+    const int64_t n = plan.offsets[E];
+    keep(la->probs, probs, T * (E + 1));
+    keep(la->choice, choice, T);
+    keep(la->weight, weight, T);
+    keep(la->p_skip, p_skip, T);
+    la->plan = plan;
+    keep(la->gu, sc.moe.gu.data(), n * 2 * I);
+    keep(la->act, sc.moe.act.data(), n * I);
+    keep(la->ye, sc.moe.y.data(), n * H);
+    keep(la->m, m, T * H);
+  }
+  const ResidualScaleWeights& rm = lw.post_mlp_scale;
+  residual_scale_forward(x, m, x, rm.hidden_bias.f32(), rm.hidden_scale.f32(), rm.residual_bias.f32(),
+                         rm.residual_scale.f32(), T, H);
+}
+
+template <typename T>
+size_t vec_bytes(const std::vector<T>& v) {
+  return v.size() * sizeof(T);
+}
+
 }  // namespace
+
+size_t LayerActivations::bytes() const {
+  size_t n = vec_bytes(choice) + vec_bytes(plan.perm) + vec_bytes(plan.offsets);
+  for (const std::vector<float>* v :
+       {&x,  &rstd_in, &h,         &raw,    &mid, &conv,        &qk,    &vals, &lse, &ocat,
+        &a,  &y,       &rstd_post, &u,      &rho, &rstd_router, &rnorm, &pre1, &z1,  &pre2,
+        &z2, &probs,   &weight,    &p_skip, &gu,  &act,         &ye,    &m})
+    n += vec_bytes(*v);
+  return n;
+}
+
+size_t Activations::bytes() const {
+  size_t n = vec_bytes(ids) + vec_bytes(mask) + vec_bytes(x_final) + vec_bytes(rstd_final) + vec_bytes(z);
+  for (const LayerActivations& l : layers) n += l.bytes();
+  return n;
+}
 
 void zaya_forward(const ZayaModel& model, ZayaCache& cache, const int32_t* ids, const int32_t* mask,
                   int64_t B, int64_t S, const ForwardOptions& opt, ForwardResult& out, ForwardScratch& sc) {
@@ -84,12 +335,10 @@ void zaya_forward(const ZayaModel& model, ZayaCache& cache, const int32_t* ids, 
   ZAYA_CHECK(cache.B == B, "cache was made for batch ", cache.B, " but the call has batch ", B);
   ZAYA_CHECK(S >= 1, "a forward call needs at least one token per row");
   const int64_t T = B * S, H = c.hidden_size, L = c.num_hidden_layers, V = c.vocab_size;
-  const int64_t A = c.q_dim(), Kv = c.kv_dim(), C = c.conv_channels(), P = c.conv_state_len();
-  const int64_t Hq = c.num_attention_heads, Hk = c.num_key_value_heads, d = c.head_dim;
-  const int64_t R = c.router_hidden_size, E = c.num_experts, I = c.moe_intermediate_size;
-  const CcaDims dm{Hq, Hk, d, c.cca_time0, c.cca_time1};
+  const int64_t R = c.router_hidden_size, E = c.num_experts;
   const int64_t seen = cache.seen;
   Activations* rec = opt.record;
+  const bool recompute = rec && opt.recompute;
   if (rec) {
     ZAYA_CHECK(!cache.has_state,
                "recording activations for the backward needs a fresh cache (whole sequences)");
@@ -100,6 +349,8 @@ void zaya_forward(const ZayaModel& model, ZayaCache& cache, const int32_t* ids, 
       rec->mask.assign(mask, mask + B * S);
     else
       rec->mask.clear();
+    rec->recompute = recompute;
+    rec->block_bytes = 0;
     rec->layers.resize(L);
   }
 
@@ -115,28 +366,7 @@ void zaya_forward(const ZayaModel& model, ZayaCache& cache, const int32_t* ids, 
   for (int64_t s = 0; s < S; s++) pos[s] = seen + s;
 
   float* x = grow(sc.x, T * H);
-  float* h = grow(sc.h, T * H);
-  float* u = grow(sc.u, T * H);
-  float* a = grow(sc.a, T * H);
-  const int64_t NQ = C + Kv;  // fused projection width
-  float* qkv = grow(sc.qkv, T * NQ);
-  float* raw = grow(sc.raw, T * C);
-  float* vc = grow(sc.vc, T * Kv / 2);
-  float* dv = grow(sc.dv, T * Kv / 2);
-  float* frames = grow(sc.frames, (P + S) * C);
-  float* mid = grow(sc.mid, (S + c.cca_time1 - 1) * C);
-  float* conv = grow(sc.conv, T * C);
-  float* vals = grow(sc.vals, S * Kv);
-  float* ocat = grow(sc.ocat, T * A);
-  float* rho = grow(sc.rho, T * R);
   float* rho_prev = grow(sc.rho_prev, T * R);
-  float* r1 = grow(sc.r1, T * R);
-  float* r2 = grow(sc.r2, T * R);
-  float* probs = grow(sc.probs, T * (E + 1));
-  float* m = grow(sc.m, T * H);
-  int32_t* choice = grow(sc.choice, T);
-  float* weight = grow(sc.weight, T);
-  float* p_skip = grow(sc.p_skip, T);
 
   if (opt.tap_hidden) out.hidden.assign((L + 2) * T * H, 0.f);
   if (opt.tap_router) {
@@ -149,192 +379,37 @@ void zaya_forward(const ZayaModel& model, ZayaCache& cache, const int32_t* ids, 
   cache.reserve(c, S);
 
   if (rec) rec->zero_pads = zero_pads;
+  BlockCall call;
+  call.B = B;
+  call.S = S;
+  call.mask = mask;
+  call.zero_pads = zero_pads;
+  call.pos = pos;
+  call.has_state = cache.has_state;
+  call.key_valid = &cache.key_valid;
+  call.training = rec != nullptr;
 
+  // Recomputation: each block records into this one reused block (the same path the backward's re-run
+  // takes); only x, rho and choice are kept from it.
+  LayerActivations block;
   for (int64_t li = 0; li < L; li++) {
-    const ZayaLayerWeights& lw = w.layers[li];
-    ZayaLayerCache& lc = cache.layers[li];
-    const float eps = float(c.rms_norm_eps);
-    LayerActivations* la = rec ? &rec->layers[li] : nullptr;
-    if (la) {
-      keep(la->x, x, T * H);
-      la->rstd_in.resize(T);
-      la->mid.resize(B * (S + c.cca_time1 - 1) * C);
-      la->conv.resize(T * C);
-      la->qk.resize(T * C);
-      la->vals.resize(T * Kv);
-      la->lse.resize(T * Hq);
+    LayerActivations* la = rec ? (recompute ? &block : &rec->layers[li]) : nullptr;
+    block_forward(model, li, call, cache.layers[li], x, rho_prev, la,
+                  opt.tap_router ? out.router_logits.data() + li * T * (E + 1) : nullptr,
+                  opt.tap_router ? out.choice.data() + li * T : nullptr, sc);
+    std::memcpy(rho_prev, sc.rho.data(), T * R * sizeof(float));
+    if (recompute) {
+      LayerActivations& kept = rec->layers[li];
+      kept = LayerActivations{};
+      kept.x.swap(block.x);
+      kept.rho.swap(block.rho);
+      kept.choice.swap(block.choice);
+      rec->block_bytes = std::max(rec->block_bytes, block.bytes() + kept.bytes());
     }
-
-    // ---- CCA attention (spec §5.5) ----
-    rmsnorm_forward(h, la ? la->rstd_in.data() : nullptr, x, lw.input_norm.f32(), T, H, eps);
-    if (zero_pads) {
-      for (int64_t t = 0; t < T; t++) {
-        if (!mask[t]) std::memset(h + t * H, 0, H * sizeof(float));
-      }
-    }
-    if (la) keep(la->h, h, T * H);
-    // One GEMM for q | k | v_cur | v_del, then split: raw[T, C] = [Q0 | K0], vc and dv [T, Kv/2].
-    linear_strided(qkv, NQ, h, lw.qkv, lw.qkv_bias.f32(), T);
-#pragma omp parallel for schedule(static) if (T * NQ > 65536)
-    for (int64_t t = 0; t < T; t++) {
-      const float* row = qkv + t * NQ;
-      std::memcpy(raw + t * C, row, C * sizeof(float));
-      std::memcpy(vc + t * Kv / 2, row + C, Kv / 2 * sizeof(float));
-      std::memcpy(dv + t * Kv / 2, row + C + Kv / 2, Kv / 2 * sizeof(float));
-    }
-    if (la) keep(la->raw, raw, T * C);
-
-    const int64_t key_pos0 = lc.start;
-    const int64_t old_len = lc.len;
-    for (int64_t b = 0; b < B; b++) {
-      // Raw frames: the P cached frames (zeros on a fresh sequence), then this call's S frames.
-      float* state = lc.conv.data() + b * P * C;
-      if (!cache.has_state) std::memset(state, 0, P * C * sizeof(float));
-      std::memcpy(frames, state, P * C * sizeof(float));
-      std::memcpy(frames + P * C, raw + b * S * C, S * C * sizeof(float));
-      std::memcpy(state, frames + S * C, P * C * sizeof(float));  // new state = last P frames
-      float* cv = conv + b * S * C;
-      cca_conv_forward(cv, mid, frames, lw.conv0_w.f32(), lw.conv0_b.f32(), lw.conv1_w.f32(),
-                       lw.conv1_b.f32(), S, dm);
-      if (la) {
-        const int64_t n_mid = S + c.cca_time1 - 1;
-        std::memcpy(la->mid.data() + b * n_mid * C, mid, n_mid * C * sizeof(float));
-        std::memcpy(la->conv.data() + b * S * C, cv, S * C * sizeof(float));
-      }
-      cca_qk_forward(cv, raw + b * S * C, lw.temp.f32(), pos, S, dm, c.rotary_dim(li), c.rope(li).theta);
-      if (la) std::memcpy(la->qk.data() + b * S * C, cv, S * C * sizeof(float));
-
-      // Values: current half, and the delayed half shifted by one token (seeded by the cached Dv,
-      // or by v_proj_delayed(0) = its bias on a fresh sequence).
-      float* dv_state = lc.dv.data() + b * Kv / 2;
-      for (int64_t s = 0; s < S; s++) {
-        float* vrow = vals + s * Kv;
-        std::memcpy(vrow, vc + (b * S + s) * Kv / 2, Kv / 2 * sizeof(float));
-        const float* prev;
-        if (s > 0)
-          prev = dv + (b * S + s - 1) * Kv / 2;
-        else if (cache.has_state)
-          prev = dv_state;
-        else
-          prev = nullptr;
-        if (prev)
-          std::memcpy(vrow + Kv / 2, prev, Kv / 2 * sizeof(float));
-        else if (lw.v_del_bias.data)
-          std::memcpy(vrow + Kv / 2, lw.v_del_bias.f32(), Kv / 2 * sizeof(float));
-        else
-          std::memset(vrow + Kv / 2, 0, Kv / 2 * sizeof(float));
-      }
-      std::memcpy(dv_state, dv + (b * S + S - 1) * Kv / 2, Kv / 2 * sizeof(float));
-      if (la) std::memcpy(la->vals.data() + b * S * Kv, vals, S * Kv * sizeof(float));
-
-      // Append keys and values: [Hk, cap, d] per row.
-      for (int64_t j = 0; j < Hk; j++) {
-        float* kd = lc.k.data() + ((b * Hk + j) * lc.cap + old_len) * d;
-        float* vd = lc.v.data() + ((b * Hk + j) * lc.cap + old_len) * d;
-        for (int64_t s = 0; s < S; s++) {
-          std::memcpy(kd + s * d, cv + s * C + A + j * d, d * sizeof(float));
-          std::memcpy(vd + s * d, vals + s * Kv + j * d, d * sizeof(float));
-        }
-      }
-      AttentionArgs args;
-      args.S = S;
-      args.Hq = Hq;
-      args.Hk = Hk;
-      args.d = d;
-      args.n_keys = old_len + S;
-      args.key_pos0 = key_pos0;
-      args.key_stride = lc.cap * d;
-      args.window = c.layer_types[li] == LayerType::HybridSliding ? c.sliding_window : 0;
-      args.gemm_dtype = rec ? DType::F32 : w.compute;  // training keeps fp32 attention (see AttentionArgs)
-      const uint8_t* kvalid = cache.key_valid[b].data() + key_pos0;
-      attention_forward(ocat + b * S * A, la ? la->lse.data() + b * S * Hq : nullptr, cv, C,
-                        lc.k.data() + b * Hk * lc.cap * d, lc.v.data() + b * Hk * lc.cap * d, pos, kvalid,
-                        args);
-    }
-    lc.len = old_len + S;
-    // Sliding layers keep only the last W-1 keys (spec §7.4); a recording (training) forward keeps all.
-    if (!rec && c.layer_types[li] == LayerType::HybridSliding && lc.len > c.sliding_window - 1) {
-      int64_t keep = c.sliding_window - 1, drop = lc.len - keep;
-      for (int64_t bh = 0; bh < B * Hk; bh++) {
-        float* kb = lc.k.data() + bh * lc.cap * d;
-        float* vb = lc.v.data() + bh * lc.cap * d;
-        std::memmove(kb, kb + drop * d, keep * d * sizeof(float));
-        std::memmove(vb, vb + drop * d, keep * d * sizeof(float));
-      }
-      lc.start += drop;
-      lc.len = keep;
-    }
-    linear_strided(a, H, ocat, lw.o_proj, opt_f32(lw.o_bias), T);
-    const ResidualScaleWeights& ra = lw.post_attn_scale;
-    residual_scale_forward(x, a, x, ra.hidden_bias.f32(), ra.hidden_scale.f32(), ra.residual_bias.f32(),
-                           ra.residual_scale.f32(), T, H);  // x now holds y
-    if (la) {
-      keep(la->ocat, ocat, T * A);
-      keep(la->a, a, T * H);
-      keep(la->y, x, T * H);
-      la->rstd_post.resize(T);
-      la->rstd_router.resize(T);
-    }
-
-    // ---- Router with EDA (spec §5.6) ----
-    rmsnorm_forward(u, la ? la->rstd_post.data() : nullptr, x, lw.post_norm.f32(), T, H, eps);
-    linear_strided(rho, R, u, lw.router_down, lw.router_down_bias.f32(), T);
-    if (li > 0) {
-      const float* gamma = lw.router_eda_scale.f32();
-      for (int64_t t = 0; t < T; t++) {
-        for (int64_t r = 0; r < R; r++) rho[t * R + r] += gamma[r] * rho_prev[t * R + r];
-      }
-    }
-    std::memcpy(rho_prev, rho, T * R * sizeof(float));
-    rmsnorm_forward(r1, la ? la->rstd_router.data() : nullptr, rho, lw.router_norm.f32(), T, R,
-                    float(c.router_eps()));
-    if (la) {
-      keep(la->u, u, T * H);
-      keep(la->rho, rho, T * R);
-      keep(la->rnorm, r1, T * R);
-    }
-    linear_strided(r2, R, r1, lw.router_fc1, lw.router_fc1_bias.f32(), T);
-    if (la) keep(la->pre1, r2, T * R);
-    gelu_forward(r2, T * R);
-    linear_strided(r1, R, r2, lw.router_fc2, lw.router_fc2_bias.f32(), T);
-    if (la) {
-      keep(la->z1, r2, T * R);
-      keep(la->pre2, r1, T * R);
-    }
-    gelu_forward(r1, T * R);
-    if (la) keep(la->z2, r1, T * R);
-    linear_strided(probs, E + 1, r1, lw.router_out, nullptr, T);
-    if (opt.tap_router)
-      std::memcpy(out.router_logits.data() + li * T * (E + 1), probs, T * (E + 1) * sizeof(float));
-    softmax_forward(probs, T, E + 1);
-    route_top1(choice, weight, probs, lw.balancing_biases.f32(), T, E);
-    for (int64_t t = 0; t < T; t++) p_skip[t] = probs[t * (E + 1) + E];
-    if (opt.tap_router) std::memcpy(out.choice.data() + li * T, choice, T * sizeof(int32_t));
-
-    // ---- Experts (spec §5.8) and the post-MLP residual merge ----
-    ExpertPlan plan = plan_experts(choice, T, E);
-    moe_experts_forward(m, u, choice, weight, p_skip, plan, lw.experts_gate_up, lw.experts_down, T, H, I, E,
-                        c.skip_passthrough, sc.moe);
-    if (la) {
-      const int64_t n = plan.offsets[E];
-      keep(la->probs, probs, T * (E + 1));
-      keep(la->choice, choice, T);
-      keep(la->weight, weight, T);
-      keep(la->p_skip, p_skip, T);
-      la->plan = plan;
-      keep(la->gu, sc.moe.gu.data(), n * 2 * I);
-      keep(la->act, sc.moe.act.data(), n * I);
-      keep(la->ye, sc.moe.y.data(), n * H);
-      keep(la->m, m, T * H);
-    }
-    const ResidualScaleWeights& rm = lw.post_mlp_scale;
-    residual_scale_forward(x, m, x, rm.hidden_bias.f32(), rm.hidden_scale.f32(), rm.residual_bias.f32(),
-                           rm.residual_scale.f32(), T, H);
     if (opt.tap_hidden) std::memcpy(out.hidden.data() + (li + 1) * T * H, x, T * H * sizeof(float));
   }
   cache.seen += S;
   cache.has_state = true;
-
   // ---- Final norm and LM head (spec §5.9) ----
   float* z = grow(sc.z, T * H);
   if (rec) {
@@ -357,6 +432,55 @@ void zaya_forward(const ZayaModel& model, ZayaCache& cache, const int32_t* ids, 
     out.logits.resize(B * V);
     linear_strided(out.logits.data(), V, last.data(), w.lm_head, head_bias, B);
   }
+}
+
+void zaya_recompute_block(const ZayaModel& model, const Activations& acts, int64_t li, LayerActivations& out,
+                          ForwardScratch& sc) {
+  ZAYA_PROFILE_SCOPE("recompute_block");
+  const ZayaConfig& c = model.cfg;
+  const int64_t B = acts.B, S = acts.S, T = B * S, H = c.hidden_size, L = c.num_hidden_layers;
+  const int64_t R = c.router_hidden_size, Kv = c.kv_dim(), C = c.conv_channels(), P = c.conv_state_len();
+  ZAYA_CHECK(acts.recompute && int64_t(acts.layers.size()) == L && li >= 0 && li < L && T > 0,
+             "zaya_recompute_block needs the activations of a recording forward with recompute on, and a "
+             "block index below ",
+             L, " (got ", li, ")");
+  const LayerActivations& kept = acts.layers[li];
+  ZAYA_CHECK(int64_t(kept.x.size()) == T * H && int64_t(kept.choice.size()) == T &&
+                 (li == 0 || int64_t(acts.layers[li - 1].rho.size()) == T * R),
+             "zaya_recompute_block: block ", li, " kept no input of this model's shape");
+
+  // The recording forward's view of a fresh sequence: positions 0..S-1, key validity from the mask, a
+  // fresh cache layer (zero conv state; key capacity as ZayaCache::reserve gives a fresh cache — only the
+  // stride of the keys depends on it, never a value).
+  int64_t* pos = grow(sc.positions, S);
+  for (int64_t s = 0; s < S; s++) pos[s] = s;
+  std::vector<std::vector<uint8_t>> key_valid(B);
+  for (int64_t b = 0; b < B; b++) {
+    key_valid[b].assign(S, 1);
+    if (!acts.mask.empty())
+      for (int64_t s = 0; s < S; s++) key_valid[b][s] = acts.mask[b * S + s] != 0;
+  }
+  ZayaLayerCache lc;
+  lc.conv.assign(B * P * C, 0.f);
+  lc.dv.assign(B * Kv / 2, 0.f);
+  lc.cap = std::max<int64_t>(S, 64);
+  lc.k.resize(B * c.num_key_value_heads * lc.cap * c.head_dim);
+  lc.v.resize(lc.k.size());
+
+  BlockCall call;
+  call.B = B;
+  call.S = S;
+  call.mask = acts.mask.empty() ? nullptr : acts.mask.data();
+  call.zero_pads = acts.zero_pads;
+  call.pos = pos;
+  call.has_state = false;
+  call.key_valid = &key_valid;
+  call.training = true;
+  float* x = grow(sc.x, T * H);
+  std::memcpy(x, kept.x.data(), T * H * sizeof(float));
+  block_forward(model, li, call, lc, x, li > 0 ? acts.layers[li - 1].rho.data() : nullptr, &out, nullptr,
+                nullptr, sc);
+  ZAYA_ASSERT(out.choice == kept.choice, "a recomputed block routes exactly as the original forward");
 }
 
 }  // namespace zaya

@@ -28,6 +28,8 @@ struct ZayaModel {
 
 // What the backward needs from one block (spec §6.14), recorded by zaya_forward when
 // ForwardOptions::record is set. T = B·S tokens, row-major; "sorted" = tokens in ExpertPlan order.
+// With recomputation only x, rho and choice are kept per block (the rest stays empty); zaya_recompute_block
+// refills a whole LayerActivations from them.
 struct LayerActivations {
   std::vector<float> x;            // [T, H] block input
   std::vector<float> rstd_in;      // [T] input_layernorm 1/rms
@@ -55,6 +57,8 @@ struct LayerActivations {
   ExpertPlan plan;
   std::vector<float> gu, act, ye;  // sorted [n, 2I], [n, I], [n, H]: expert [a|b], silu(a)⊙b, output
   std::vector<float> m;            // [T, H] MoE output
+
+  size_t bytes() const;  // bytes held by the vectors above (the plan included)
 };
 
 struct Activations {
@@ -62,8 +66,15 @@ struct Activations {
   std::vector<int32_t> ids;   // [B, S]
   std::vector<int32_t> mask;  // [B, S] or empty
   bool zero_pads = false;     // padded rows of h were zeroed (spec §5.5)
+  // Recomputation (ForwardOptions::recompute): layers[l] keeps only x, rho and choice; the backward re-runs
+  // each block from them. block_bytes: the bytes of one block's full recording, measured by the forward
+  // (what the backward holds at a time on top of bytes()).
+  bool recompute = false;
+  size_t block_bytes = 0;
   std::vector<LayerActivations> layers;
   std::vector<float> x_final, rstd_final, z;  // [T, H], [T], [T, H]
+
+  size_t bytes() const;  // bytes kept: every layer's vectors + ids, mask and the final-norm vectors
 };
 
 struct ForwardOptions {
@@ -73,6 +84,11 @@ struct ForwardOptions {
   // Training: keep every intermediate the backward needs. Needs a fresh cache (one whole sequence per
   // row); sliding-window trimming is skipped so all keys stay available. Null (inference): no copies.
   Activations* record = nullptr;
+  // With `record`: keep per block only what re-running it needs (its input x [T, H], the router state it
+  // passes on, its expert choices); zaya_backward recomputes each block's activations before its backward,
+  // bitwise the same (same kernels, same inputs), so the gradients are identical. Saves ~all of the
+  // per-block activation memory for one more forward of the blocks.
+  bool recompute = false;
 };
 
 struct ForwardResult {
@@ -97,5 +113,14 @@ struct ForwardScratch {
 void zaya_forward(const ZayaModel& model, ZayaCache& cache, const int32_t* ids, const int32_t* mask,
                   int64_t B, int64_t S, const ForwardOptions& opt, ForwardResult& out,
                   ForwardScratch& scratch);
+
+// Recomputation: re-runs block `li` (in [0, L)) of the recording forward that filled `acts` (with
+// ForwardOptions::recompute) from what it kept — the block input acts.layers[li].x [T, H] and the previous
+// block's router state acts.layers[li-1].rho [T, R] — and records all of the block's intermediates into
+// `out` exactly as a recording forward without recomputation keeps them in layers[li] (bitwise: the same
+// block code, kernels and inputs). `out` and `scratch` are reused across calls. Throws zaya::Error when
+// `acts` is not a recomputation recording of this model.
+void zaya_recompute_block(const ZayaModel& model, const Activations& acts, int64_t li, LayerActivations& out,
+                          ForwardScratch& scratch);
 
 }  // namespace zaya
