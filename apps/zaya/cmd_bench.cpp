@@ -95,9 +95,11 @@ double peak_rss_mb() {
 }
 
 // A full training step: recording forward, backward, clipping, the optimizer (Muon + AdamW split) and the
-// bf16 weight refresh. Model FLOPs of a step = 3 x the forward's.
+// bf16 weight refresh. Model FLOPs of a step = 3 x the forward's (recomputation's extra block forwards are
+// not model FLOPs: they show as lower tokens/s and MFU). recompute: ForwardOptions::recompute.
 int bench_train(const std::string& model_dir, const std::string& config, int64_t B, int64_t S,
-                const std::string& dtype, int steps, uint64_t seed, const std::string& optimizer) {
+                const std::string& dtype, int steps, uint64_t seed, const std::string& optimizer,
+                bool recompute) {
   const zaya::DType dt = dtype == "bf16" ? zaya::DType::BF16 : zaya::DType::F32;
   zaya::ZayaConfig cfg =
       model_dir.empty() ? zaya::load_config(config) : zaya::load_config(model_dir + "/config.json");
@@ -123,7 +125,7 @@ int bench_train(const std::string& model_dir, const std::string& config, int64_t
   // Seconds per stage of the timed steps (summed, divided by the step count at the end).
   const char* stage_names[] = {"zero_grads", "forward", "backward", "clip", "optimizer", "refresh_compute"};
   double stage_s[6] = {0, 0, 0, 0, 0, 0};
-  size_t act_bytes = 0;
+  size_t act_bytes = 0, block_bytes = 0;
   for (int r = 0; r <= steps; r++) {  // r == 0 is the warm-up
     auto t0 = std::chrono::steady_clock::now();
     auto lap = t0;
@@ -138,10 +140,11 @@ int bench_train(const std::string& model_dir, const std::string& config, int64_t
     zaya::ForwardOptions fo;
     fo.all_logits = false;
     fo.record = &acts;
+    fo.recompute = recompute;
     zaya::ZayaCache cache(cfg, B);
     zaya::zaya_forward(tm.compute, cache, ids.data(), nullptr, B, S, fo, res, sc);
     stage_done(1);
-    zaya::zaya_backward(tm.compute, acts, targets.data(), tm.grads);
+    zaya::zaya_backward(tm.compute, acts, targets.data(), tm.grads, 0, &sc);
     stage_done(2);
     zaya::train::clip_grad_norm(tm.params, 1.0f);
     stage_done(3);
@@ -151,13 +154,9 @@ int bench_train(const std::string& model_dir, const std::string& config, int64_t
     stage_done(5);
     double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (r > 0) times.push_back(s);
-    act_bytes = 0;
-    for (const auto& l : acts.layers) {
-      for (const auto* v :
-           {&l.x,   &l.h,     &l.raw,  &l.mid, &l.conv, &l.qk, &l.vals,  &l.lse, &l.ocat, &l.a,  &l.y, &l.u,
-            &l.rho, &l.rnorm, &l.pre1, &l.z1,  &l.pre2, &l.z2, &l.probs, &l.gu,  &l.act,  &l.ye, &l.m})
-        act_bytes += v->size() * sizeof(float);
-    }
+    // Kept by the forward for the backward; with recomputation, plus one block's full recording at a time.
+    act_bytes = acts.bytes();
+    block_bytes = recompute ? acts.block_bytes : 0;
     std::fprintf(stderr, "bench train: %s %d/%d  %.3f s  %.1f tok/s\n", r ? "step" : "warm-up", r, steps, s,
                  B * S / s);
   }
@@ -166,15 +165,20 @@ int bench_train(const std::string& model_dir, const std::string& config, int64_t
   nlohmann::json j = result_json("train", dtype, cfg, B, S, times,
                                  3.0 * zaya::forward_flops_per_token(cfg, S) / 1e9, peak32, peak16);
   j["optimizer"] = optimizer;
+  j["recompute"] = recompute;
   nlohmann::json stages;
   for (int k = 0; k < 6; k++) stages[stage_names[k]] = stage_s[k] / std::max(1, steps);
   j["stage_seconds"] = stages;
   j["peak_rss_mb"] = peak_rss_mb();
-  j["theoretical_mb"] = weights_mb * 2 + optim.state_bytes() / 1e6 + act_bytes / 1e6 + compute_copy_mb;
+  j["theoretical_mb"] =
+      weights_mb * 2 + optim.state_bytes() / 1e6 + (act_bytes + block_bytes) / 1e6 + compute_copy_mb;
+  // activations: what the forward keeps for the backward; recompute_block: the one block's full recording
+  // the backward re-runs into (0 without recomputation).
   j["theoretical_breakdown_mb"] = {{"weights", weights_mb},
                                    {"grads", weights_mb},
                                    {"optimizer", optim.state_bytes() / 1e6},
                                    {"activations", act_bytes / 1e6},
+                                   {"recompute_block", block_bytes / 1e6},
                                    {"bf16_weight_copy", compute_copy_mb}};
   std::printf("%s\n", j.dump().c_str());
   return 0;
@@ -211,11 +215,14 @@ int cmd_bench(int argc, char** argv) {
   trn->add_option("--optimizer", t_optim,
                   "adamw (every parameter, like the PyTorch baseline) or zaya (Muon split)")
       ->check(CLI::IsMember({"adamw", "zaya"}));
+  bool t_recompute = false;
+  trn->add_flag("--recompute", t_recompute,
+                "activation recomputation: keep each block's input only, re-run the block in the backward");
   CLI11_PARSE(app, argc, argv);
   if (trn->parsed()) {
     ZAYA_CHECK(!t_model.empty() || !t_config.empty(), "zaya bench train needs --model DIR or --config FILE");
     ZAYA_CHECK(tB > 0 && tS > 0 && t_steps > 0, "--batch, --seq and --steps must be positive");
-    return bench_train(t_model, t_config, tB, tS, t_dtype, t_steps, seed, t_optim);
+    return bench_train(t_model, t_config, tB, tS, t_dtype, t_steps, seed, t_optim, t_recompute);
   }
   if (fwd->parsed()) {
     ZAYA_CHECK(!model_dir.empty() || !config.empty(),
