@@ -17,8 +17,8 @@ namespace {
 const std::set<std::string>& known_keys(const std::string& section) {
   static const std::map<std::string, std::set<std::string>> keys = {
       {"",
-       {"model", "data", "tokenizer", "optim", "batch", "steps", "max_minutes", "dtype", "eval", "out", "log",
-        "save_dtype", "sample", "comment"}},
+       {"model", "data", "tokenizer", "optim", "batch", "steps", "max_minutes", "dtype", "recompute", "eval",
+        "out", "log", "save_dtype", "sample", "comment"}},
       {"model", {"config", "init_from", "seed"}},
       {"data", {"train", "val", "seed"}},
       {"batch", {"micro_batch", "seq_len", "grad_accum"}},
@@ -50,6 +50,12 @@ struct Section {
     if (!v) return def;
     ZAYA_CHECK(v->is_number(), where, ".", k, "' must be a number, got ", v->dump());
     return v->get<double>();
+  }
+  bool boolean(const char* k, bool def) const {
+    const json* v = get(k);
+    if (!v) return def;
+    ZAYA_CHECK(v->is_boolean(), where, ".", k, "' must be true or false, got ", v->dump());
+    return v->get<bool>();
   }
   std::string string(const char* k, const std::string& def) const {
     const json* v = get(k);
@@ -105,6 +111,7 @@ TrainConfig parse_train_config(const std::string& text, const std::string& src) 
   ZAYA_CHECK(dt == "fp32" || dt == "bf16", src, ": field 'dtype' must be \"fp32\" or \"bf16\", got \"", dt,
              "\"");
   c.dtype = dt == "bf16" ? DType::BF16 : DType::F32;
+  c.recompute = top.boolean("recompute", false);
   Section eval = sub("eval");
   c.eval_every = eval.integer("every", c.eval_every, 0);
   c.eval_batches = eval.integer("batches", c.eval_batches, 1);

@@ -33,6 +33,7 @@ struct TrainConfig {
   int64_t steps = 100;       // "steps"
   double max_minutes = 0;    // "max_minutes": stop after this wall time (0 = no limit)
   DType dtype = DType::F32;  // "dtype": "fp32" | "bf16" (bf16 GEMMs, fp32 master weights and states)
+  bool recompute = false;    // "recompute": activation recomputation (ForwardOptions::recompute)
 
   int64_t eval_every = 50;   // "eval.every" (0 = only at the end)
   int64_t eval_batches = 8;  // "eval.batches"
