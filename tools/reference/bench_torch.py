@@ -1,11 +1,15 @@
-"""Times the reference forward pass (no grad) of a random-init model.
+"""Times the reference forward pass (no grad) of a random-init model, or with --train a full training step.
 
 Usage: /usr/bin/python3 tools/reference/bench_torch.py [--config configs/mid.json] [--batch 4] [--seq 512]
-       [--dtype fp32 bf16] [--threads 2] [--repeats 3]
+       [--dtype fp32 bf16] [--threads 2] [--repeats 3] [--train]
 
-Prints one JSON line per dtype: median seconds of `repeats` timed forwards after one warm-up, and tokens/s.
-bf16 = parameters in bfloat16 with the reference's fp32 op set (fp32 residual stream, norm statistics,
-attention softmax, balancing biases); experts run as sorted-token grouped matmuls.
+Prints one JSON line per dtype: median seconds of `repeats` timed forwards (or steps) after one warm-up, and
+tokens/s.
+Forward: bf16 = parameters in bfloat16 with the reference's fp32 op set (fp32 residual stream, norm
+statistics, attention softmax, balancing biases); experts run as sorted-token grouped matmuls.
+--train: how PyTorch users train it: fp32 parameters, forward + mean cross-entropy + autograd backward +
+torch.optim.AdamW (foreach) + zero_grad; bf16 = the same under torch.autocast("cpu", torch.bfloat16)
+(bf16 matmuls, fp32 master weights, gradients and optimizer state), as zaya's bf16 training keeps them.
 """
 
 import argparse
@@ -38,6 +42,7 @@ def main():
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--train", action="store_true", help="time training steps (AdamW) instead of forwards")
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -45,24 +50,41 @@ def main():
     gen = torch.Generator().manual_seed(args.seed)
     ids = torch.randint(3, cfg.vocab_size, (args.batch, args.seq), generator=gen)
     ids[:, 0] = cfg.bos_token_id
+    targets = torch.randint(3, cfg.vocab_size, (args.batch, args.seq), generator=gen)
     for name in args.dtype:
         model = zaya_ref.init_weights(zaya_ref.ZayaForCausalLM(cfg), seed=args.seed)
         # HF init has temp 0 (uniform attention); any value costs the same, keep the init as is
-        model = model.to_dtype(DTYPES[name]).eval()
         times, cpu_times = [], []
-        with torch.no_grad():
-            model(ids)  # warm-up
-            for _ in range(args.repeats):
-                start, cpu_start = time.perf_counter(), time.process_time()
-                model(ids)
-                times.append(time.perf_counter() - start)
-                cpu_times.append(time.process_time() - cpu_start)
+        if args.train:
+            model = model.train()
+            opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4,
+                                    weight_decay=0.1)
+
+            def run():
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=name == "bf16"):
+                    loss = model(ids, targets=targets)["loss"]
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+        else:
+            model = model.to_dtype(DTYPES[name]).eval()
+
+            def run():
+                with torch.no_grad():
+                    model(ids)
+        run()  # warm-up
+        for _ in range(args.repeats):
+            start, cpu_start = time.perf_counter(), time.process_time()
+            run()
+            times.append(time.perf_counter() - start)
+            cpu_times.append(time.process_time() - cpu_start)
         median = statistics.median(times)
         # on a shared machine wall time includes waiting for the CPU; process CPU time / threads estimates the
         # wall time of an otherwise idle machine
         cpu_median = statistics.median(cpu_times)
         print(json.dumps({
-            "bench": "torch_reference_forward", "config": os.path.basename(args.config), "dtype": name,
+            "bench": "torch_reference_train" if args.train else "torch_reference_forward", "config": os.path.basename(args.config), "dtype": name,
             "batch": args.batch, "seq": args.seq, "threads": args.threads, "repeats": args.repeats,
             "median_s": round(median, 4), "tokens_per_s": round(args.batch * args.seq / median, 1),
             "cpu_s": round(cpu_median, 4),
