@@ -13,7 +13,7 @@ namespace zaya::train {
 
 StepResult train_step(TrainModel& tm, Optimizer& optim, BalanceController& balancer,
                       const std::vector<data::Batch>& micro_batches, const OptimConfig& optim_cfg,
-                      int64_t step, ForwardScratch& scratch) {
+                      int64_t step, ForwardScratch& scratch, bool recompute) {
   ZAYA_CHECK(!micro_batches.empty(), "train step ", step, ": no micro-batch");
   ZAYA_CHECK(step >= 1, "train step ", step, ": steps are counted from 1");
   const ZayaConfig& mc = tm.master.cfg;
@@ -38,13 +38,14 @@ StepResult train_step(TrainModel& tm, Optimizer& optim, BalanceController& balan
   tm.grads.zero();
   ForwardOptions fo;
   fo.all_logits = false;  // the backward recomputes the logits chunk by chunk
+  fo.recompute = recompute;
   ForwardResult res;
   for (const data::Batch& b : micro_batches) {
     Activations acts;
     fo.record = &acts;
     ZayaCache cache(mc, b.rows);
     zaya_forward(tm.compute, cache, b.input_ids.data(), nullptr, b.rows, b.seq_len, fo, res, scratch);
-    r.loss += zaya_backward(tm.compute, acts, b.targets.data(), tm.grads, r.targets);
+    r.loss += zaya_backward(tm.compute, acts, b.targets.data(), tm.grads, r.targets, &scratch);
     for (int64_t l = 0; l < L; l++)
       for (int32_t ch : acts.layers[l].choice) r.counts[size_t(l * (E + 1) + ch)]++;
   }

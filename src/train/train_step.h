@@ -35,8 +35,9 @@ struct StepResult {
 //   optim_cfg: grad_clip, lr and schedule are read here; `optim` and `balancer` were built from it.
 // On a finite step: optimizer update of the master weights, balancer update of the balancing biases from
 // the step's counts, compute weights refreshed. Gradients are left in tm.grads (clipped).
+// recompute: activation recomputation (ForwardOptions::recompute; bitwise the same step, less memory).
 StepResult train_step(TrainModel& tm, Optimizer& optim, BalanceController& balancer,
                       const std::vector<data::Batch>& micro_batches, const OptimConfig& optim_cfg,
-                      int64_t step, ForwardScratch& scratch);
+                      int64_t step, ForwardScratch& scratch, bool recompute = false);
 
 }  // namespace zaya::train

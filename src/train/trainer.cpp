@@ -141,7 +141,7 @@ TrainSummary run_training(const TrainConfig& c) {
         ZAYA_CHECK(id >= 0 && id < mc.vocab_size, c.train_data, ": token id ", id,
                    " does not fit the model's vocabulary of ", mc.vocab_size);
     }
-    const StepResult sr = train_step(tm, optim, balancer, micro_batches, c.optim, step, scratch);
+    const StepResult sr = train_step(tm, optim, balancer, micro_batches, c.optim, step, scratch, c.recompute);
     const double loss = sr.loss, lr = sr.lr;
     const std::vector<int64_t>& counts = sr.counts;
     if (!sr.finite) {
