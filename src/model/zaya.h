@@ -118,8 +118,8 @@ void zaya_forward(const ZayaModel& model, ZayaCache& cache, const int32_t* ids, 
 // ForwardOptions::recompute) from what it kept — the block input acts.layers[li].x [T, H] and the previous
 // block's router state acts.layers[li-1].rho [T, R] — and records all of the block's intermediates into
 // `out` exactly as a recording forward without recomputation keeps them in layers[li] (bitwise: the same
-// block code, kernels and inputs). `out` and `scratch` are reused across calls. Throws zaya::Error when
-// `acts` is not a recomputation recording of this model.
+// block code, kernels and inputs; run it at the forward's OpenMP thread count). `out` and `scratch` are
+// reused across calls. Throws zaya::Error when `acts` is not a recomputation recording of this model.
 void zaya_recompute_block(const ZayaModel& model, const Activations& acts, int64_t li, LayerActivations& out,
                           ForwardScratch& scratch);
 
