@@ -425,14 +425,16 @@ TEST(Clip, GlobalNormScaleAndNonFinite) {
 struct ToyRouter {
   int64_t E, T;
   std::vector<float> logits;  // [T, E+1]
-  ToyRouter(int64_t experts, int64_t tokens, float skew, uint32_t seed) : E(experts), T(tokens) {
+  // scale multiplies every score: a freshly initialised router's scores differ between tokens by ~1e-4.
+  ToyRouter(int64_t experts, int64_t tokens, float skew, uint32_t seed, float scale = 1.0f)
+      : E(experts), T(tokens) {
     std::mt19937 rng(seed);
     std::normal_distribution<float> normal;
     logits.resize(size_t(T * (E + 1)));
     for (int64_t t = 0; t < T; t++) {
       for (int64_t e = 0; e < E; e++)
-        logits[t * (E + 1) + e] = skew * float(E - 1 - e) / float(E - 1) + normal(rng);
-      logits[t * (E + 1) + E] = normal(rng) - 0.5f;  // some tokens skip
+        logits[t * (E + 1) + e] = scale * (skew * float(E - 1 - e) / float(E - 1) + normal(rng));
+      logits[t * (E + 1) + E] = scale * (normal(rng) - 0.5f);  // some tokens skip
     }
   }
   // counts [E+1] of the argmax class of logits + bias.
@@ -451,9 +453,10 @@ struct ToyRouter {
 // Runs the controller on a 2-layer toy (layer 1 skewed the other way round: E − 1 − e) and returns the
 // final entropies; the biases are left in `bias`.
 std::vector<double> simulate(const BalancerConfig& cfg, int steps, std::vector<std::vector<float>>& bias,
-                             std::vector<double>* initial = nullptr) {
+                             std::vector<double>* initial = nullptr, float scale = 1.0f,
+                             std::vector<double>* min_entropy_last_50 = nullptr) {
   const int64_t E = 8, T = 4096;
-  ToyRouter layer0(E, T, 3.0f, 11), layer1(E, T, 3.0f, 12);
+  ToyRouter layer0(E, T, 3.0f, 11, scale), layer1(E, T, 3.0f, 12, scale);
   std::reverse(layer1.logits.begin(), layer1.logits.end());  // reverses expert order and token order alike
   for (int64_t t = 0; t < T; t++)
     std::rotate(&layer1.logits[t * (E + 1)], &layer1.logits[t * (E + 1) + 1],
@@ -475,6 +478,10 @@ std::vector<double> simulate(const BalancerConfig& cfg, int steps, std::vector<s
     count_all();
     std::vector<double> h = router_load_entropy(counts.data(), 2, E);
     if (first_balanced < 0 && std::min(h[0], h[1]) >= 0.95 * std::log(double(E))) first_balanced = s + 1;
+    if (min_entropy_last_50 && s >= steps - 50) {
+      min_entropy_last_50->resize(2, 1e9);
+      for (int l = 0; l < 2; l++) (*min_entropy_last_50)[l] = std::min((*min_entropy_last_50)[l], h[l]);
+    }
   }
   std::printf("  balancer: entropy >= 0.95 ln E in both layers after %d steps\n", first_balanced);
   EXPECT_EQ(ctl.steps_taken(), steps);
@@ -508,6 +515,39 @@ TEST(Balancer, SignRuleBalancesSkewedLoad) {
     EXPECT_GE(h[l], 0.95 * std::log(8.0)) << "layer " << l;
     EXPECT_EQ(bias[l][8], -1.0f);
   }
+}
+
+TEST(Balancer, RpropRuleBalancesSkewedLoad) {
+  BalancerConfig cfg;
+  cfg.rule = BalanceRule::Rprop;
+  std::vector<std::vector<float>> bias;
+  std::vector<double> initial, last;
+  std::vector<double> h = simulate(cfg, 300, bias, &initial, 1.0f, &last);
+  for (int l = 0; l < 2; l++) {
+    EXPECT_LT(initial[l], 0.8 * std::log(8.0));
+    EXPECT_GE(last[l], 0.95 * std::log(8.0)) << "layer " << l << " over the last 50 steps";
+    EXPECT_EQ(bias[l][8], -1.0f);
+  }
+}
+
+// Scores 1e-4 apart (a fresh router): a fixed Adam step of 0.01 moves every token at once and the load
+// flips from step to step (never balanced over the last 50 steps); rprop shrinks its step to the margins.
+TEST(Balancer, RpropSettlesWhereFixedStepsOscillate) {
+  const float scale = 1e-4f;
+  std::vector<std::vector<float>> bias;
+  std::vector<double> adam_last, rprop_last;
+  BalancerConfig adam;
+  adam.lr = 0.01f;
+  simulate(adam, 300, bias, nullptr, scale, &adam_last);
+  BalancerConfig rprop;
+  rprop.rule = BalanceRule::Rprop;
+  simulate(rprop, 300, bias, nullptr, scale, &rprop_last);
+  const double target = 0.95 * std::log(8.0);
+  std::printf("  min entropy / ln 8 over the last 50 steps: adam %.3f %.3f, rprop %.3f %.3f\n",
+              adam_last[0] / std::log(8.0), adam_last[1] / std::log(8.0), rprop_last[0] / std::log(8.0),
+              rprop_last[1] / std::log(8.0));
+  EXPECT_LT(std::min(adam_last[0], adam_last[1]), target);
+  for (int l = 0; l < 2; l++) EXPECT_GE(rprop_last[l], target) << "layer " << l;
 }
 
 TEST(Balancer, SkipTargetMovesTheSkipBias) {

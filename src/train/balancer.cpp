@@ -1,5 +1,6 @@
 #include "train/balancer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -14,6 +15,8 @@ BalanceController::BalanceController(int64_t num_layers, int64_t num_experts, co
              num_experts);
   exp_avg_ = Tensor::empty(DType::F32, {num_layers, num_experts + 1});
   exp_avg_sq_ = Tensor::empty(DType::F32, {num_layers, num_experts + 1});
+  step_size_ = Tensor::empty(DType::F32, {num_layers, num_experts + 1});
+  prev_sign_ = Tensor::empty(DType::F32, {num_layers, num_experts + 1});
   step_tensor_ = Tensor::empty(DType::I64, {1});
 }
 
@@ -40,9 +43,24 @@ void BalanceController::update(const int64_t* counts, const std::vector<float*>&
     float* bias = biases[l];
     float* m = exp_avg_.f32() + l * C;
     float* v = exp_avg_sq_.f32() + l * C;
+    float* delta = step_size_.f32() + l * C;
+    float* prev = prev_sign_.f32() + l * C;
     for (int64_t e = 0; e < (move_skip ? C : E); e++) {
+      const float sign = float((err[e] > 0) - (err[e] < 0));
       if (cfg_.rule == BalanceRule::Sign) {
-        bias[e] -= cfg_.sign_rate * float((err[e] > 0) - (err[e] < 0));
+        bias[e] -= cfg_.sign_rate * sign;
+        continue;
+      }
+      if (cfg_.rule == BalanceRule::Rprop) {
+        if (sign == 0.f) continue;  // balanced entry: no move, no information about the step size
+        if (delta[e] == 0.f)
+          delta[e] = cfg_.rprop_init;
+        else if (sign == prev[e])
+          delta[e] = std::min(delta[e] * cfg_.rprop_up, cfg_.rprop_max);
+        else
+          delta[e] = std::max(delta[e] * cfg_.rprop_down, cfg_.rprop_min);
+        prev[e] = sign;
+        bias[e] -= delta[e] * sign;
         continue;
       }
       m[e] = cfg_.beta1 * m[e] + (1.0f - cfg_.beta1) * float(err[e]);
@@ -57,8 +75,11 @@ void BalanceController::update(const int64_t* counts, const std::vector<float*>&
 
 std::vector<std::pair<std::string, Tensor>> BalanceController::state_tensors() {
   static_cast<int64_t*>(step_tensor_.data)[0] = steps_;
-  return {
-      {"balancer.step", step_tensor_}, {"balancer.exp_avg", exp_avg_}, {"balancer.exp_avg_sq", exp_avg_sq_}};
+  return {{"balancer.step", step_tensor_},
+          {"balancer.exp_avg", exp_avg_},
+          {"balancer.exp_avg_sq", exp_avg_sq_},
+          {"balancer.step_size", step_size_},
+          {"balancer.prev_sign", prev_sign_}};
 }
 
 void BalanceController::load_state(const std::vector<std::pair<std::string, Tensor>>& saved,

@@ -9,10 +9,21 @@
 //
 // Rules:  adam  m ← β1·m + (1−β1)·err,  v ← β2·v + (1−β2)·err²,  bias −= lr · m̂ / (sqrt(v̂) + eps)
 //         sign  bias −= sign_rate · sign(err)                                    (DeepSeek-V3)
+//         rprop bias −= δ · sign(err),  δ ← min(δ·up, δ_max) while sign(err) repeats, max(δ·down, δ_min) when
+//               it flips (δ per entry, from rprop_init; an entry whose error is 0 keeps δ and does not move)
+//
+// Why rprop: the biases are added to softmax probabilities (spec §5.6), and what matters is their size
+// against the routing margins (top − runner-up score of a token). A freshly initialised router is nearly
+// uniform: its margins are ~1e-4, so any fixed step the Adam or sign rules take (≥ 1e-3 to catch up with a
+// router that learns to prefer an expert) moves every token at once and the load flips between experts
+// from step to step (measured on the main job: one balancer step of 1e-3 with the model frozen sends all
+// tokens of every layer to one expert). rprop's step shrinks while the load oscillates and grows while an
+// imbalance persists, so it settles at the margin scale of each layer as the router sharpens.
 // The skip entry (index E) stays fixed by default; with skip_target set its error is
 // c_E / Σ_{all classes} c − skip_target and it follows the same rule.
 //
-// State (checkpoints): "balancer.step" I64 [1], "balancer.exp_avg" and "balancer.exp_avg_sq" F32 [L, E+1].
+// State (checkpoints): "balancer.step" I64 [1], "balancer.exp_avg" and "balancer.exp_avg_sq" F32 [L, E+1]
+// (adam), "balancer.step_size" and "balancer.prev_sign" F32 [L, E+1] (rprop; step_size 0 = not started).
 #pragma once
 
 #include <cstdint>
@@ -40,8 +51,9 @@ class BalanceController {
  private:
   int64_t layers_, experts_;
   BalancerConfig cfg_;
-  Tensor exp_avg_, exp_avg_sq_;  // [L, E+1]
-  Tensor step_tensor_;           // I64 [1]
+  Tensor exp_avg_, exp_avg_sq_;   // [L, E+1] adam moments
+  Tensor step_size_, prev_sign_;  // [L, E+1] rprop step sizes and the previous error signs
+  Tensor step_tensor_;            // I64 [1]
   int64_t steps_ = 0;
 };
 

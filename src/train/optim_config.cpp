@@ -206,12 +206,20 @@ OptimConfig parse_optim_config(const nlohmann::json& j, const std::string& what)
   }
 
   Fields b = top.sub("balancer");
-  int rule = b.choice("rule", {"adam", "sign"});
+  int rule = b.choice("rule", {"adam", "sign", "rprop"});
   if (rule >= 0) c.balancer.rule = BalanceRule(rule);
   b.number("lr", &c.balancer.lr, 0, 1e3);
   b.pair("betas", &c.balancer.beta1, &c.balancer.beta2, 0, 1);
   b.number("eps", &c.balancer.eps, 0, 1, /*lo_open=*/true);
   b.number("sign_rate", &c.balancer.sign_rate, 0, 1e3);
+  b.number("rprop_init", &c.balancer.rprop_init, 0, 1e3, /*lo_open=*/true);
+  b.number("rprop_min", &c.balancer.rprop_min, 0, 1e3, /*lo_open=*/true);
+  b.number("rprop_max", &c.balancer.rprop_max, 0, 1e3, /*lo_open=*/true);
+  b.number("rprop_up", &c.balancer.rprop_up, 1, 1e3);
+  b.number("rprop_down", &c.balancer.rprop_down, 0, 1, /*lo_open=*/true);
+  ZAYA_CHECK(c.balancer.rprop_min <= c.balancer.rprop_init && c.balancer.rprop_init <= c.balancer.rprop_max,
+             b.where("rprop_init"), "expected rprop_min <= rprop_init <= rprop_max, got ",
+             c.balancer.rprop_min, " / ", c.balancer.rprop_init, " / ", c.balancer.rprop_max);
   if (const nlohmann::json* v = b.get("skip_target"); v && !v->is_null()) {
     ZAYA_CHECK(v->is_number() && v->get<double>() >= 0 && v->get<double>() <= 1, b.where("skip_target"),
                "expected null (skip bias fixed) or a fraction in [0, 1], got ",

@@ -83,7 +83,7 @@ struct ScheduleConfig {
   DecayShape decay_shape = DecayShape::Linear;  // wsd decay shape
 };
 
-enum class BalanceRule { Adam, Sign };
+enum class BalanceRule { Adam, Sign, Rprop };
 
 // The auxiliary-loss-free balancing controller (spec §9.3); its hyper-parameters are [uncertain] there.
 struct BalancerConfig {
@@ -91,6 +91,10 @@ struct BalancerConfig {
   float lr = 1e-3f;  // Adam rule step size
   float beta1 = 0.9f, beta2 = 0.99f, eps = 1e-8f;
   float sign_rate = 1e-3f;  // sign rule: bias -= sign_rate * sign(error)
+  // rprop rule: bias -= step · sign(error) with a step per entry that grows ×rprop_up while the error keeps
+  // its sign and shrinks ×rprop_down when it flips, within [rprop_min, rprop_max], from rprop_init. It
+  // finds the scale of the routing margins by itself (see balancer.h).
+  float rprop_init = 1e-4f, rprop_min = 1e-6f, rprop_max = 1e-2f, rprop_up = 1.2f, rprop_down = 0.5f;
   // The skip class (index E) is fixed when unset (spec: its bias appears to stay at -1). When set, the
   // skip bias is driven so that the fraction of tokens skipped approaches skip_target.
   std::optional<float> skip_target;
