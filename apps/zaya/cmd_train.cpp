@@ -1,27 +1,54 @@
-// zaya train: trains a ZAYA1 model from TRAIN.json (docs/train-config.md).
+// zaya train: trains a ZAYA1 model from TRAIN.json (docs/train-config.md); data parallel under mpirun / srun
+// (docs/distributed.md).
 #include <CLI/CLI.hpp>
+#include <exception>
 
 #include "command.h"
+#include "core/error.h"
+#include "dist/comm.h"
 #include "train/trainer.h"
 
 namespace {
 
 int cmd_train(int argc, char** argv) {
-  CLI::App app{"Train a ZAYA1 model (config in TRAIN.json; see docs/train-config.md)"};
+  CLI::App app{
+      "Train a ZAYA1 model (config in TRAIN.json; see docs/train-config.md; mpirun/srun for data "
+      "parallelism, docs/distributed.md)"};
   std::string config;
   int64_t steps = 0;
   double max_minutes = -1;
+  double comm_timeout = 300;
+  bool no_overlap = false;
+  zaya::train::RunOptions run;
   app.add_option("--config", config, "TRAIN.json")->required();
   app.add_option("--steps", steps, "override 'steps'");
   app.add_option("--max-minutes", max_minutes, "override 'max_minutes'");
+  app.add_option("--rank-log", run.rank_log_dir, "data parallel: every rank also logs to DIR/rank<r>.log");
+  app.add_option("--comm-timeout", comm_timeout,
+                 "data parallel: seconds to wait for the other ranks before aborting the job with a message "
+                 "naming the rank that died or hangs")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--no-overlap", no_overlap,
+               "data parallel: reduce gradients after the backward instead of block by block during it");
   CLI11_PARSE(app, argc, argv);
-  zaya::train::TrainConfig c = zaya::train::load_train_config(config);
-  if (steps > 0) {
-    c.steps = steps;
-    c.optim.schedule.total_steps = steps;
+  run.overlap = !no_overlap;
+  // MPI starts here when a launcher started this process (a world of one otherwise).
+  zaya::dist::Comm& comm = zaya::dist::Comm::world();
+  comm.set_timeout(comm_timeout);
+  try {
+    zaya::train::TrainConfig c = zaya::train::load_train_config(config);
+    if (steps > 0) {
+      c.steps = steps;
+      c.optim.schedule.total_steps = steps;
+    }
+    if (max_minutes >= 0) c.max_minutes = max_minutes;
+    zaya::train::run_training(c, run);
+  } catch (const std::exception& e) {
+    // One rank's error (a bad file, a bad token id) ends every rank now instead of leaving them waiting.
+    if (comm.active()) zaya::dist::Comm::abort(zaya::str_cat("zaya train: error: ", e.what()), 1);
+    throw;
   }
-  if (max_minutes >= 0) c.max_minutes = max_minutes;
-  zaya::train::run_training(c);
+  zaya::dist::Comm::finalize();
   return 0;
 }
 

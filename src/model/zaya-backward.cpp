@@ -93,7 +93,8 @@ int64_t count_targets(const int32_t* targets, int64_t n) {
 }
 
 double zaya_backward(const ZayaModel& model, const Activations& acts, const int32_t* targets,
-                     ZayaGrads& grads, int64_t count_total, ForwardScratch* scratch) {
+                     ZayaGrads& grads, int64_t count_total, ForwardScratch* scratch,
+                     const std::function<void(int64_t layer)>& block_done) {
   ZAYA_PROFILE_SCOPE("zaya_backward");
   const ZayaConfig& c = model.cfg;
   const ZayaWeights& w = model.w;
@@ -282,6 +283,7 @@ double zaya_backward(const ZayaModel& model, const Activations& acts, const int3
     }
     rmsnorm_backward(dx.data(), lg.input_norm.f32(), dh.data(), la.x.data(), lw.input_norm.f32(),
                      la.rstd_in.data(), T, H, /*accumulate=*/true);
+    if (block_done) block_done(li);  // lg is final: nothing below writes block li's gradients
   }
 
   // ---- Embedding and input scaling (spec §6.2): x0 = (e + β_in)⊙α_in ----

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "model/zaya-weights.h"
@@ -42,8 +43,12 @@ struct ZayaGrads {
 // input into one reused LayerActivations (zaya_recompute_block), so at most one block's full activations
 // live at a time; the gradients are bitwise those of a recording without recomputation. `scratch`: the
 // buffers of those re-runs (pass the forward's to reuse them; null = a local one).
+// block_done(l), when set, is called on the calling thread right after block l's backward (l = L-1 down to
+// 0): from then on this call writes no gradient of block l's parameters ("model.layers.<l>."), so data
+// parallelism can start reducing them while the blocks below run (overlap).
 double zaya_backward(const ZayaModel& model, const Activations& acts, const int32_t* targets,
-                     ZayaGrads& grads, int64_t count_total = 0, ForwardScratch* scratch = nullptr);
+                     ZayaGrads& grads, int64_t count_total = 0, ForwardScratch* scratch = nullptr,
+                     const std::function<void(int64_t layer)>& block_done = nullptr);
 
 // Counted targets (!= -100) among n.
 int64_t count_targets(const int32_t* targets, int64_t n);

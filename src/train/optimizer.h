@@ -6,6 +6,10 @@
 //   "optim.<param name>.exp_avg_sq"   AdamW second moment
 //   "optim.<param name>.momentum"     Muon momentum buffer (absent when muon.momentum == 0)
 // state_tensors() returns views of the live state (save them); load_state() copies a saved set back.
+//
+// Sharded (ZeRO-1, dist/zero1.h): an optimizer built with a list of ParamShards holds state for those
+// element ranges only and updates only them; a shard that is a part of its parameter names its state
+// "optim.<param name>.<moment>@<begin>" with shape [end - begin] (a whole parameter keeps the names above).
 #pragma once
 
 #include <cstdint>
@@ -19,15 +23,27 @@
 
 namespace zaya::train {
 
+// Elements [begin, end) of parameter `param` (an index into the ParamRef list) in its flat row-major data.
+// A Muon parameter's shard covers whole matrices (begin and end multiples of rows·cols).
+struct ParamShard {
+  size_t param = 0;
+  int64_t begin = 0, end = 0;
+};
+
 class Optimizer {
  public:
   // The ZAYA1 split of `params` (zaya_param_groups) with cfg's hyper-parameters. Allocates zeroed state.
   Optimizer(const std::vector<ParamRef>& params, const OptimConfig& cfg);
   // Explicit groups (every parameter in exactly one group), e.g. for models other than ZAYA1 or tests.
   Optimizer(const std::vector<ParamRef>& params, std::vector<ParamGroup> groups, const OptimConfig& cfg);
+  // Only `shards` (in any order, non-overlapping) get state and updates: one rank's part of a ZeRO-1
+  // optimizer. Throws zaya::Error for a shard outside its parameter or cutting a Muon matrix.
+  Optimizer(const std::vector<ParamRef>& params, std::vector<ParamGroup> groups, const OptimConfig& cfg,
+            const std::vector<ParamShard>& shards);
 
-  // One update of every parameter from its gradient. `lr` is the scheduled learning rate; a group uses
-  // lr · lr_scale. `params` must list the same names and shapes as at construction (pointers may change).
+  // One update of every parameter (sharded: of every owned shard) from its gradient. `lr` is the scheduled
+  // learning rate; a group uses lr · lr_scale. `params` must list the same names and shapes as at
+  // construction (pointers may change).
   void step(const std::vector<ParamRef>& params, float lr);
 
   int64_t steps_taken() const { return steps_; }
@@ -43,7 +59,9 @@ class Optimizer {
 
  private:
   struct Slot {
-    std::string name;
+    size_t param;
+    int64_t begin, end;  // the updated elements of the parameter
+    std::string name;    // the parameter's name
     Shape shape;
     OptimKind kind;
     Tensor exp_avg, exp_avg_sq;  // AdamW
@@ -52,8 +70,9 @@ class Optimizer {
   };
   OptimConfig cfg_;
   std::vector<ParamGroup> groups_;
-  std::vector<Slot> slots_;  // one per parameter, in parameter order
-  Tensor step_tensor_;       // I64 [1], mirrors steps_ for state_tensors()
+  std::vector<Slot> slots_;  // one per parameter (sharded: per shard), in parameter order
+  size_t num_params_ = 0;
+  Tensor step_tensor_;  // I64 [1], mirrors steps_ for state_tensors()
   int64_t steps_ = 0;
   std::vector<float> scratch_;
 };

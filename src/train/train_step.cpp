@@ -1,7 +1,9 @@
 #include "train/train_step.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <functional>
 
 #include "core/error.h"
 #include "model/zaya-backward.h"
@@ -13,7 +15,7 @@ namespace zaya::train {
 
 StepResult train_step(TrainModel& tm, Optimizer& optim, BalanceController& balancer,
                       const std::vector<data::Batch>& micro_batches, const OptimConfig& optim_cfg,
-                      int64_t step, ForwardScratch& scratch, bool recompute) {
+                      int64_t step, ForwardScratch& scratch, bool recompute, dist::Zero1* dp) {
   ZAYA_CHECK(!micro_batches.empty(), "train step ", step, ": no micro-batch");
   ZAYA_CHECK(step >= 1, "train step ", step, ": steps are counted from 1");
   const ZayaConfig& mc = tm.master.cfg;
@@ -34,29 +36,67 @@ StepResult train_step(TrainModel& tm, Optimizer& optim, BalanceController& balan
                  " does not fit the model's vocabulary of ", mc.vocab_size);
     r.targets += count_targets(b.targets.data(), int64_t(n));
   }
+  if (dp && !dp->comm().active()) dp = nullptr;  // a world of one: the single-process step
+  dist::Comm* comm = dp ? &dp->comm() : nullptr;
+  // Seconds this rank waits in the step's small collectives (counts, loss, heartbeats).
+  auto small_comm = [&](auto&& call) {
+    const auto t0 = std::chrono::steady_clock::now();
+    call();
+    dp->stats().small_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  if (comm) {
+    // The normaliser of every rank's backward is the whole step's count (exact: integers).
+    small_comm([&] {
+      comm->heartbeat(str_cat("the start of step ", step));
+      comm->allreduce_sum(&r.targets, 1, "target count");
+    });
+  }
 
   tm.grads.zero();
   ForwardOptions fo;
   fo.all_logits = false;  // the backward recomputes the logits chunk by chunk
   fo.recompute = recompute;
   ForwardResult res;
-  for (const data::Batch& b : micro_batches) {
+  for (size_t m = 0; m < micro_batches.size(); m++) {
+    const data::Batch& b = micro_batches[m];
     Activations acts;
     fo.record = &acts;
     ZayaCache cache(mc, b.rows);
     zaya_forward(tm.compute, cache, b.input_ids.data(), nullptr, b.rows, b.seq_len, fo, res, scratch);
-    r.loss += zaya_backward(tm.compute, acts, b.targets.data(), tm.grads, r.targets, &scratch);
+    // The last micro-batch finishes each block's gradients: data parallelism starts reducing them then.
+    std::function<void(int64_t)> block_done;
+    if (dp && m + 1 == micro_batches.size()) block_done = [dp](int64_t layer) { dp->block_done(layer); };
+    r.loss += zaya_backward(tm.compute, acts, b.targets.data(), tm.grads, r.targets, &scratch, block_done);
     for (int64_t l = 0; l < L; l++)
       for (int32_t ch : acts.layers[l].choice) r.counts[size_t(l * (E + 1) + ch)]++;
   }
 
-  const ClipResult clip = clip_grad_norm(tm.params, optim_cfg.grad_clip);
+  ClipResult clip;
+  if (dp) {
+    // Names a rank that hangs in its backward; then owners get their summed gradients.
+    small_comm([&] { comm->heartbeat(str_cat("the end of step ", step, "'s backward")); });
+    dp->finish_reduce();
+    small_comm([&] {
+      r.loss = comm->sum_in_rank_order(r.loss, "loss");
+      comm->allreduce_sum(r.counts.data(), int64_t(r.counts.size()), "expert counts");
+    });
+    // torch's clip_grad_norm_ formula on the global norm, applied by each owner to its shards.
+    clip.norm = std::sqrt(dp->global_grad_sq());
+    clip.finite = std::isfinite(clip.norm);
+    if (clip.finite && optim_cfg.grad_clip > 0 && clip.norm > optim_cfg.grad_clip) {
+      clip.scale = float(double(optim_cfg.grad_clip) / (clip.norm + 1e-6));
+      dp->scale_owned(clip.scale);
+    }
+  } else {
+    clip = clip_grad_norm(tm.params, optim_cfg.grad_clip);
+  }
   r.grad_norm = clip.norm;
   r.clipped = clip.finite && optim_cfg.grad_clip > 0 && clip.norm > optim_cfg.grad_clip;
   r.lr = lr_at(optim_cfg.schedule, optim_cfg.lr, step - 1);
   r.finite = clip.finite && std::isfinite(r.loss);
-  if (!r.finite) return r;
+  if (!r.finite) return r;  // every rank sees the same norm and loss: all skip together
   optim.step(tm.params, float(r.lr));
+  if (dp) dp->broadcast_params();
   std::vector<float*> biases;
   for (auto& layer : tm.master.w.layers) biases.push_back(layer.balancing_biases.f32());
   balancer.update(r.counts.data(), biases);

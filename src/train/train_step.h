@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "data/loader.h"
+#include "dist/zero1.h"
 #include "model/zaya.h"
 #include "train/balancer.h"
 #include "train/optim_config.h"
@@ -26,6 +27,7 @@ struct StepResult {
                          // and balancer state unchanged)
   int64_t targets = 0;   // counted targets of the step
   std::vector<int64_t> counts;  // [L, E+1] tokens routed to each expert (index E = skip), all micro-batches
+                                // (data-parallel: of every rank)
 };
 
 // Runs update `step` (1-based; the schedule sees step - 1) on `tm` from `micro_batches` (gradient
@@ -36,8 +38,15 @@ struct StepResult {
 // On a finite step: optimizer update of the master weights, balancer update of the balancing biases from
 // the step's counts, compute weights refreshed. Gradients are left in tm.grads (clipped).
 // recompute: activation recomputation (ForwardOptions::recompute; bitwise the same step, less memory).
+// Data parallel (dp set, one call on every rank of dp->comm()): micro_batches are this rank's slices of the
+// step's global micro-batches (DataLoader::next_batch(B, S, rank, world)); the target count, loss, expert
+// counts and gradient norm are global (the same on every rank); `optim` holds this rank's shards
+// (dp->plan().owned(rank)) and updates only them, then every shard is broadcast from its owner, so all ranks
+// end the step with the same weights and balancer state. Only owned gradient entries are left reduced and
+// clipped in tm.grads. Without dp (or in a world of one) the step is exactly the single-process one.
 StepResult train_step(TrainModel& tm, Optimizer& optim, BalanceController& balancer,
                       const std::vector<data::Batch>& micro_batches, const OptimConfig& optim_cfg,
-                      int64_t step, ForwardScratch& scratch, bool recompute = false);
+                      int64_t step, ForwardScratch& scratch, bool recompute = false,
+                      dist::Zero1* dp = nullptr);
 
 }  // namespace zaya::train

@@ -2,16 +2,21 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdarg>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "core/error.h"
+#include "core/threads.h"
 #include "data/indexed_dataset.h"
 #include "data/loader.h"
+#include "dist/comm.h"
+#include "dist/zero1.h"
 #include "kernels/gemm.h"
 #include "kernels/loss.h"
 #include "model/generate.h"
@@ -32,6 +37,29 @@ namespace zaya::train {
 namespace {
 
 using clock_type = std::chrono::steady_clock;
+
+// Where the trainer's log lines go: stderr on rank 0 only, and with RunOptions::rank_log_dir each rank's own
+// file as well.
+struct LogSink {
+  bool to_stderr = true;
+  std::FILE* file = nullptr;
+};
+LogSink g_log;
+
+__attribute__((format(printf, 1, 2))) void say(const char* fmt, ...) {
+  va_list ap;
+  if (g_log.to_stderr) {
+    va_start(ap, fmt);
+    std::vfprintf(stderr, fmt, ap);
+    va_end(ap);
+  }
+  if (g_log.file) {
+    va_start(ap, fmt);
+    std::vfprintf(g_log.file, fmt, ap);
+    va_end(ap);
+    std::fflush(g_log.file);
+  }
+}
 
 double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
@@ -84,14 +112,42 @@ double unigram_entropy(const data::IndexedDataset& ds) {
   return h;
 }
 
+// Fault injection for the failure tests (tests/dist_test.cpp): ZAYA_DIST_FAULT="hang:<rank>:<step>" makes
+// that rank stop responding at the start of that step, "exit:<rank>:<step>" makes it die there.
+void inject_fault(int rank, int64_t step) {
+  const char* spec = std::getenv("ZAYA_DIST_FAULT");
+  if (!spec) return;
+  char kind[8] = {};
+  int fault_rank = -1;
+  long fault_step = -1;
+  if (std::sscanf(spec, "%7[a-z]:%d:%ld", kind, &fault_rank, &fault_step) != 3) return;
+  if (fault_rank != rank || fault_step != step) return;
+  if (!std::strcmp(kind, "exit")) std::_Exit(9);
+  if (!std::strcmp(kind, "hang"))
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+}
+
 }  // namespace
 
-TrainSummary run_training(const TrainConfig& c) {
+TrainSummary run_training(const TrainConfig& c, const RunOptions& run) {
   namespace fs = std::filesystem;
   const auto t_start = clock_type::now();
-  fs::create_directories(c.out_dir);
+  dist::Comm& comm = dist::Comm::world();
+  const int rank = comm.rank(), world = comm.size();
+  const bool root = comm.is_root();
+  g_log.to_stderr = root;
+  if (!run.rank_log_dir.empty()) {
+    fs::create_directories(run.rank_log_dir);
+    const std::string path = str_cat(run.rank_log_dir, "/rank", rank, ".log");
+    g_log.file = std::fopen(path.c_str(), "w");
+    ZAYA_CHECK(g_log.file, path, ": cannot write the rank's log");
+  }
+  if (root) fs::create_directories(c.out_dir);
   const ZayaConfig& mc = c.model;
   const int64_t L = mc.num_hidden_layers, E = mc.num_experts;
+  // Batch sizes are global: rank r takes rows [r·B/N, (r+1)·B/N) of every micro-batch of B rows.
+  ZAYA_CHECK(c.micro_batch >= world, c.source, ": batch.micro_batch is ", c.micro_batch,
+             " rows, fewer than the ", world, " ranks it is split over (it is the global micro-batch)");
 
   auto train_data = data::IndexedDataset::open(c.train_data);
   std::shared_ptr<const data::IndexedDataset> val_data;
@@ -104,28 +160,51 @@ TrainSummary run_training(const TrainConfig& c) {
   data::DataLoader loader(train_data, c.data_seed);
   const double val_unigram = val_data ? unigram_entropy(*val_data) : NAN;
   if (val_data)
-    std::fprintf(stderr, "train: validation text: %lu tokens, unigram entropy %.4f nats/token\n",
-                 (unsigned long)val_data->num_tokens(), val_unigram);
+    say("train: validation text: %lu tokens, unigram entropy %.4f nats/token\n",
+        (unsigned long)val_data->num_tokens(), val_unigram);
 
   TrainModel tm = TrainModel::create(mc, c.init_from, c.init_seed, c.dtype);
   ZayaModel& master = tm.master;
   ZayaModel& compute = tm.compute;
-  Optimizer optim(tm.params, c.optim);
+  // ZeRO-1: this rank's shards of the optimizer (all of it in a world of one).
+  std::vector<ParamGroup> groups = zaya_param_groups(tm.params, c.optim);
+  dist::ShardPlan plan = dist::plan_zero1(tm.params, groups, c.optim, world);
+  Optimizer optim = world > 1 ? Optimizer(tm.params, groups, c.optim, plan.owned(rank))
+                              : Optimizer(tm.params, groups, c.optim);
+  std::unique_ptr<dist::Zero1> dp;
+  if (world > 1) dp = std::make_unique<dist::Zero1>(comm, tm.params, plan, run.overlap);
   BalanceController balancer(L, E, c.optim.balancer);
+  const std::vector<int64_t> state_per_rank = comm.allgather(int64_t(optim.state_bytes()), "optimizer size");
+  const size_t state_single = plan.total_state_bytes + sizeof(int64_t);  // + the step counter
 
   const double peak = measure_gemm_peak_gflops(c.dtype);
   const double flops_per_token = 3.0 * forward_flops_per_token(mc, c.seq_len);  // forward + backward
   const size_t weight_bytes = tm.weight_bytes();
-  std::fprintf(
-      stderr,
-      "train: %.2f M parameters, %ld layers x %ld experts, %s GEMMs, %ld tokens/step (%ld x %ld x %ld)\n"
+  say("train: %.2f M parameters, %ld layers x %ld experts, %s GEMMs, %ld tokens/step (%ld x %ld x %ld)\n"
       "train: weights %.1f MB + grads %.1f MB + optimizer state %.1f MB (fp32); GEMM peak %.0f GFLOP/s\n",
       mc.num_params() / 1e6, long(L), long(E), c.dtype == DType::BF16 ? "bf16" : "fp32",
       long(c.tokens_per_step()), long(c.micro_batch), long(c.seq_len), long(c.grad_accum), weight_bytes / 1e6,
       weight_bytes / 1e6, optim.state_bytes() / 1e6, peak);
+  if (world > 1) {
+    std::string per_rank;
+    int64_t most = 0;
+    for (int r = 0; r < world; r++) {
+      per_rank += str_cat(r ? ", " : "", state_per_rank[size_t(r)] / 1e6);
+      most = std::max(most, state_per_rank[size_t(r)]);
+    }
+    say("train: data parallel over %d ranks x %d OpenMP threads (rank %d): batch rows split %ld-way; ZeRO-1 "
+        "optimizer state per rank [%s] MB, at most %.3f of the single-process %.1f MB (ideal 1/%d = "
+        "%.3f)%s\n",
+        world, num_threads(), rank, long(world), per_rank.c_str(), double(most) / double(state_single),
+        state_single / 1e6, world, 1.0 / world,
+        run.overlap ? "; gradient reduction overlapped with the backward" : "");
+  }
 
-  std::ofstream metrics(c.out_dir + "/metrics.jsonl");
-  ZAYA_CHECK(metrics.good(), c.out_dir, "/metrics.jsonl: cannot write");
+  std::ofstream metrics;
+  if (root) {
+    metrics.open(c.out_dir + "/metrics.jsonl");
+    ZAYA_CHECK(metrics.good(), c.out_dir, "/metrics.jsonl: cannot write");
+  }
   TrainSummary sum;
   ForwardScratch scratch;
   double ema_tps = 0;
@@ -133,21 +212,25 @@ TrainSummary run_training(const TrainConfig& c) {
   int64_t step = 0;
   for (step = 1; step <= c.steps; step++) {
     const auto t_step = clock_type::now();
+    inject_fault(rank, step);
     // The step's batches (ids checked here so that a bad one names the dataset file), then the step itself.
     std::vector<data::Batch> micro_batches;
     for (int64_t micro = 0; micro < c.grad_accum; micro++) {
-      micro_batches.push_back(loader.next_batch(c.micro_batch, c.seq_len));
+      micro_batches.push_back(loader.next_batch(c.micro_batch, c.seq_len, rank, world));
       for (int32_t id : micro_batches.back().input_ids)
         ZAYA_CHECK(id >= 0 && id < mc.vocab_size, c.train_data, ": token id ", id,
                    " does not fit the model's vocabulary of ", mc.vocab_size);
     }
-    const StepResult sr = train_step(tm, optim, balancer, micro_batches, c.optim, step, scratch, c.recompute);
+    const double comm_before = dp ? dp->stats().exposed_s() : 0;
+    const StepResult sr =
+        train_step(tm, optim, balancer, micro_batches, c.optim, step, scratch, c.recompute, dp.get());
+    const double comm_s = dp ? dp->stats().exposed_s() - comm_before : 0;
     const double loss = sr.loss, lr = sr.lr;
     const std::vector<int64_t>& counts = sr.counts;
     if (!sr.finite) {
       sum.skipped_steps++;
-      std::fprintf(stderr, "train: step %ld: non-finite loss or gradient, update skipped (%ld so far)\n",
-                   long(step), long(sum.skipped_steps));
+      say("train: step %ld: non-finite loss or gradient, update skipped (%ld so far)\n", long(step),
+          long(sum.skipped_steps));
     }
     const double dt = seconds_since(t_step);
     const double tps = c.tokens_per_step() / dt;
@@ -166,8 +249,13 @@ TrainSummary run_training(const TrainConfig& c) {
     const double mfu = tps * flops_per_token / 1e9 / peak;
 
     double val = NAN;
-    const bool last = step == c.steps || (c.max_minutes > 0 && seconds_since(t_start) > c.max_minutes * 60);
-    if (val_data && ((c.eval_every > 0 && step % c.eval_every == 0) || last)) {
+    bool last = step == c.steps || (c.max_minutes > 0 && seconds_since(t_start) > c.max_minutes * 60);
+    if (c.max_minutes > 0 && world > 1) {  // clocks differ: every rank stops when any one's time is up
+      int64_t any = last;
+      comm.allreduce_sum(&any, 1, "time limit");
+      last = any > 0;
+    }
+    if (root && val_data && ((c.eval_every > 0 && step % c.eval_every == 0) || last)) {
       val = validation_loss(compute, val_data, c);
       sum.final_val_loss = val;
     }
@@ -188,12 +276,13 @@ TrainSummary run_training(const TrainConfig& c) {
     row["load_entropy"] = ent_norm;  // per layer, divided by ln E (1 = perfectly balanced)
     row["expert_counts"] = load;     // per layer, E experts then skip
     if (!std::isnan(val)) row["val_loss"] = val;
-    metrics << row.dump() << "\n";
-    metrics.flush();
+    if (dp) row["comm_s"] = comm_s;  // rank 0's time blocked in communication this step
+    if (root) {
+      metrics << row.dump() << "\n";
+      metrics.flush();
+    }
     if (step % c.log_every == 0 || step == 1 || last || !std::isnan(val)) {
-      std::fprintf(
-          stderr,
-          "step %5ld/%ld | loss %.4f | lr %.2e | gnorm %6.3f | %7.0f tok/s | MFU %4.1f%% | load H/lnE min "
+      say("step %5ld/%ld | loss %.4f | lr %.2e | gnorm %6.3f | %7.0f tok/s | MFU %4.1f%% | load H/lnE min "
           "%.3f | skip %.3f | ETA %s%s\n",
           long(step), long(c.steps), loss, lr, sr.grad_norm, tps, 100 * mfu, ent_min, skip_frac,
           format_duration(std::max(0.0, eta)).c_str(),
@@ -204,18 +293,30 @@ TrainSummary run_training(const TrainConfig& c) {
     if (last) break;
   }
   sum.seconds = seconds_since(t_start);
+  if (dp) {
+    const dist::CommStats& st = dp->stats();
+    const double n = double(std::max<int64_t>(1, st.steps));
+    say("train: communication per step (rank %d): %.1f ms blocked = %.1f ms reduction during the backward "
+        "(overlapped part) + %.1f ms reduction wait after it + %.1f ms parameter broadcast + %.1f ms small "
+        "collectives\n",
+        rank, 1e3 * st.exposed_s() / n, 1e3 * st.overlapped_s / n, 1e3 * st.reduce_wait_s / n,
+        1e3 * st.broadcast_s / n, 1e3 * st.small_s / n);
+  }
+  if (!root) {  // rank 0 writes the checkpoint, sample, plot and summary
+    if (g_log.file) std::fclose(g_log.file);
+    g_log = {};
+    return sum;
+  }
 
   // The trained model in HF layout, with its tokenizer.
   const std::string model_dir = c.out_dir + "/model";
   save_hf_checkpoint(model_dir, master.cfg, master.w, c.save_dtype == "bf16" ? DType::BF16 : DType::F32);
   if (!c.tokenizer.empty())
     fs::copy_file(c.tokenizer, model_dir + "/tokenizer.json", fs::copy_options::overwrite_existing);
-  std::fprintf(stderr, "train: %ld steps in %s; checkpoint written to %s\n", long(sum.steps),
-               format_duration(sum.seconds).c_str(), model_dir.c_str());
+  say("train: %ld steps in %s; checkpoint written to %s\n", long(sum.steps),
+      format_duration(sum.seconds).c_str(), model_dir.c_str());
   if (val_data)
-    std::fprintf(
-        stderr,
-        "train: final validation loss %.4f nats/token vs the validation text's unigram entropy %.4f\n",
+    say("train: final validation loss %.4f nats/token vs the validation text's unigram entropy %.4f\n",
         sum.final_val_loss, val_unigram);
 
   // A sample from the trained model.
@@ -239,17 +340,31 @@ TrainSummary run_training(const TrainConfig& c) {
   std::string cmd =
       "/usr/bin/python3 tools/plot_train.py '" + c.out_dir + "/metrics.jsonl' '" + plot + "' 2>&1";
   if (fs::exists("tools/plot_train.py") && std::system(cmd.c_str()) == 0)
-    std::fprintf(stderr, "train: plot written to %s\n", plot.c_str());
+    say("train: plot written to %s\n", plot.c_str());
   else
-    std::fprintf(stderr, "train: no plot (needs /usr/bin/python3 with matplotlib and tools/plot_train.py)\n");
+    say("train: no plot (needs /usr/bin/python3 with matplotlib and tools/plot_train.py)\n");
   nlohmann::json s = {
       {"steps", sum.steps},
       {"final_train_loss", sum.final_train_loss},
       {"final_val_loss", sum.final_val_loss},
       {"seconds", sum.seconds},
       {"skipped_steps", sum.skipped_steps},
-      {"val_unigram_entropy", val_data ? nlohmann::json(val_unigram) : nlohmann::json(nullptr)}};
+      {"val_unigram_entropy", val_data ? nlohmann::json(val_unigram) : nlohmann::json(nullptr)},
+      {"world", world},
+      {"optimizer_state_bytes_per_rank", state_per_rank},
+      {"optimizer_state_bytes_single", state_single}};
+  if (dp) {
+    const dist::CommStats& st = dp->stats();
+    const double n = double(std::max<int64_t>(1, st.steps));
+    s["comm_ms_per_step"] = {{"blocked", 1e3 * st.exposed_s() / n},
+                             {"during_backward", 1e3 * st.overlapped_s / n},
+                             {"reduce_wait", 1e3 * st.reduce_wait_s / n},
+                             {"broadcast", 1e3 * st.broadcast_s / n},
+                             {"small", 1e3 * st.small_s / n}};
+  }
   std::ofstream(c.out_dir + "/summary.json") << s.dump(2) << "\n";
+  if (g_log.file) std::fclose(g_log.file);
+  g_log = {};
   return sum;
 }
 

@@ -2,6 +2,9 @@
 // GEMMs in fp32 or bf16; Muon + AdamW with the ZAYA1 split; the balancing-bias controller after every step;
 // gradient accumulation, global-norm clipping, warmup + cosine / WSD schedules; validation loss; metrics
 // as JSONL; at the end an HF checkpoint, a sample generation and a loss / load-entropy plot.
+// Under mpirun / srun (dist/comm.h) it trains data-parallel with a ZeRO-1 optimizer (dist/zero1.h): batch
+// sizes in TRAIN.json are global (micro_batch rows split over the ranks), so the same file gives the same
+// run for any number of ranks; only rank 0 prints and writes files (docs/distributed.md).
 #pragma once
 
 #include <string>
@@ -17,6 +20,11 @@ struct TrainSummary {
   int64_t skipped_steps = 0;  // non-finite gradients
 };
 
-TrainSummary run_training(const TrainConfig& cfg);
+struct RunOptions {
+  std::string rank_log_dir;  // when set, every rank writes its own log lines to <dir>/rank<r>.log
+  bool overlap = true;       // data parallel: reduce each block's gradients during the backward
+};
+
+TrainSummary run_training(const TrainConfig& cfg, const RunOptions& run = {});
 
 }  // namespace zaya::train
