@@ -35,17 +35,23 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// Polls `requests` until all completed or `timeout_s` passed; returns whether they completed. Sleeps a
-// little between polls (growing to 1 ms) so that a waiting rank does not take a core from OpenMP threads.
-bool poll_until(MPI_Request* requests, int n, double timeout_s) {
+// Polls `requests` until all completed or `timeout_s` passed; returns whether they completed.
+// MPI advances nonblocking collectives only inside MPI calls (libnbc runs a large reduction as many rounds),
+// so data waits (`patient` false) poll back to back, yielding the core between polls. Waits for other ranks'
+// compute (heartbeats, `patient`) sleep between polls (growing to 1 ms) so that a waiting rank does not take
+// a core from OpenMP threads.
+bool poll_until(MPI_Request* requests, int n, double timeout_s, bool patient = false) {
   const double t0 = now_s();
   int spins = 0;
   for (;;) {
     int done = 0;
     MPI_Testall(n, requests, &done, MPI_STATUSES_IGNORE);
     if (done) return true;
-    if (now_s() - t0 > timeout_s) return false;
-    if (++spins > 100) std::this_thread::sleep_for(std::chrono::microseconds(std::min(1000, spins)));
+    if ((++spins & 255) == 0 && now_s() - t0 > timeout_s) return false;
+    if (patient && spins > 100)
+      std::this_thread::sleep_for(std::chrono::microseconds(std::min(1000, spins)));
+    else
+      std::this_thread::yield();
   }
 }
 
@@ -90,7 +96,7 @@ void Comm::heartbeat(const std::string& point) {
     std::vector<MPI_Request> reqs(size_t(size_ - 1));
     for (int r = 1; r < size_; r++)
       MPI_Irecv(&arrived[size_t(r)], 1, MPI_INT64_T, r, kTagArrive, MPI_COMM_WORLD, &reqs[size_t(r - 1)]);
-    if (!poll_until(reqs.data(), size_ - 1, timeout_s_)) {
+    if (!poll_until(reqs.data(), size_ - 1, timeout_s_, /*patient=*/true)) {
       std::string missing;
       for (int r = 1; r < size_; r++) {
         int done = 0;
@@ -117,7 +123,7 @@ void Comm::heartbeat(const std::string& point) {
     MPI_Irecv(&go, 1, MPI_INT64_T, 0, kTagGo, MPI_COMM_WORLD, &reqs[1]);
     // Rank 0 names a missing rank after timeout_s; a little longer here so that its message comes first
     // when rank 0 itself is alive.
-    if (!poll_until(reqs, 2, timeout_s_ * 1.25 + 1))
+    if (!poll_until(reqs, 2, timeout_s_ * 1.25 + 1, /*patient=*/true))
       abort(str_cat("rank 0 did not reach ", point, " within ", timeout_s_,
                     " s (died or hung); aborting the job"),
             3);
