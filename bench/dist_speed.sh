@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Data-parallel training speed on one machine: `zaya train` as one process with T threads against
-# `mpirun -np T` ranks of one thread each (ZeRO-1, gradient reduction overlapped with the backward), and the
-# same without overlap (--no-overlap), on the same TRAIN.json (same global batch, bf16 GEMMs, AdamW on every
+# `mpirun -np T` ranks of one thread each (ZeRO-1; blocking gradient reductions after the backward), and the
+# same with --overlap (nonblocking reductions started block by block during the backward), on the same TRAIN.json (same global batch, bf16 GEMMs, AdamW on every
 # parameter; OPTIM=muon for the default Muon + AdamW split, whose Newton-Schulz on mid's 256 expert matrices
 # of 1024 x 1024, ~8 TFLOP per step, then dominates a small batch; ZeRO-1 splits it between the ranks).
 # Prints each run's mean tokens/s over the steps after the first two, the ratio np T / one process, and the
 # communication time per step rank 0 was blocked (from summary.json), which says how much of the gradient
-# reduction the backward hid: with overlap the reduction wait after the backward shrinks by that part.
+# reduction the backward hid: with --overlap the reduction wait after the backward shrinks by that part.
 # Needs the Brown data of scripts/main.sh (runs/main/data/brown.train).
 #   bench/dist_speed.sh [BUILD_DIR] [CONFIG] [BATCH] [SEQ] [STEPS] [RANKS]
 set -euo pipefail
@@ -34,17 +34,17 @@ write_config() {  # $1 = run name
  "eval": {"every": 0, "batches": 1}, "out": "$dir/$1", "sample": {"max_new_tokens": 0}}
 EOF
 }
-for run in single overlap no_overlap; do write_config $run; done
+for run in single blocking overlap; do write_config $run; done
 echo "== one process, $T threads" >&2
 OMP_NUM_THREADS=$T "$BUILD/zaya" train --config "$dir/single.json" 2>&1 | { grep -E "^train:|^step|error" >&2 || true; }
 # One core per rank: --bind-to core --map-by core (the default for <= 2 ranks); each rank's OpenMP pool is
 # OMP_NUM_THREADS=1. With more threads per rank: --map-by slot:PE=<threads> --bind-to core.
-echo "== mpirun -np $T, 1 thread each, overlap" >&2
+echo "== mpirun -np $T, 1 thread each" >&2
 mpirun -np "$T" --bind-to core --map-by core -x OMP_NUM_THREADS=1 -x OMP_WAIT_POLICY \
-  "$BUILD/zaya" train --config "$dir/overlap.json" 2>&1 | { grep -E "^train:|^step|error" >&2 || true; }
-echo "== mpirun -np $T, 1 thread each, no overlap" >&2
+  "$BUILD/zaya" train --config "$dir/blocking.json" 2>&1 | { grep -E "^train:|^step|error" >&2 || true; }
+echo "== mpirun -np $T, 1 thread each, --overlap" >&2
 mpirun -np "$T" --bind-to core --map-by core -x OMP_NUM_THREADS=1 -x OMP_WAIT_POLICY \
-  "$BUILD/zaya" train --config "$dir/no_overlap.json" --no-overlap 2>&1 | { grep -E "^train:|^step|error" >&2 || true; }
+  "$BUILD/zaya" train --config "$dir/overlap.json" --overlap 2>&1 | { grep -E "^train:|^step|error" >&2 || true; }
 /usr/bin/python3 - "$dir" "$T" "$CONFIG" "$B" "$S" <<'PY'
 import json, sys, os
 d, T, cfg, B, S = sys.argv[1:]
@@ -54,13 +54,13 @@ def tps(run):
     return sum(r["tokens_per_s"] for r in later) / len(later)
 def comm(run):
     return json.load(open(os.path.join(d, run, "summary.json"))).get("comm_ms_per_step", {})
-one, ov, no = tps("single"), tps("overlap"), tps("no_overlap")
+one, bl, ov = tps("single"), tps("blocking"), tps("overlap")
 print(f"| run ({cfg}, {B} x {S} global, bf16) | tokens/s | vs one process |")
 print("| --- | --- | --- |")
 print(f"| 1 process x {T} threads | {one:.0f} | 1.00 |")
-print(f"| mpirun -np {T} x 1 thread, overlap | {ov:.0f} | {ov / one:.2f} |")
-print(f"| mpirun -np {T} x 1 thread, no overlap | {no:.0f} | {no / one:.2f} |")
-for run in ("overlap", "no_overlap"):
+print(f"| mpirun -np {T} x 1 thread | {bl:.0f} | {bl / one:.2f} |")
+print(f"| mpirun -np {T} x 1 thread, --overlap | {ov:.0f} | {ov / one:.2f} |")
+for run in ("blocking", "overlap"):
     c = comm(run)
     print(f"{run}: rank-0 communication per step (ms): " + ", ".join(f"{k} {v:.1f}" for k, v in c.items()))
 PY

@@ -259,13 +259,15 @@ std::vector<nlohmann::json> metrics(const fs::path& out) {
 }
 
 // Trains `name` single-process (no launcher) and with `mpirun -np 2`; compares the runs.
-void expect_same_training(const std::string& name, const std::string& optim, const std::string& batch) {
+// flags: extra `zaya train` options of the mpirun run (e.g. --overlap).
+void expect_same_training(const std::string& name, const std::string& optim, const std::string& batch,
+                          const std::string& flags = "") {
   Fixture& fx = fixture();
   const std::string one = fx.write_config(name + "_np1", optim, batch);
   const std::string two = fx.write_config(name + "_np2", optim, batch);
   ShellRun r1 = shell("OMP_NUM_THREADS=2 " + std::string(ZAYA_BINARY) + " train --config " + one);
   ASSERT_EQ(r1.status, 0) << r1.output;
-  ShellRun r2 = shell(mpirun(2) + ZAYA_BINARY + " train --config " + two + " --rank-log " +
+  ShellRun r2 = shell(mpirun(2) + ZAYA_BINARY + " train --config " + two + " " + flags + " --rank-log " +
                       (fx.dir / (name + "_logs")).string());
   ASSERT_EQ(r2.status, 0) << r2.output;
   EXPECT_NE(r2.output.find("data parallel over 2 ranks"), std::string::npos) << r2.output;
@@ -330,6 +332,12 @@ TEST(DistTrain, MpirunTwoRanksMatchesOneProcessGradAccum) {
 
 TEST(DistTrain, MpirunTwoRanksMatchesOneProcessMuon) {
   expect_same_training("muon", kMuon, R"({"micro_batch": 4, "seq_len": 32, "grad_accum": 2})");
+}
+
+// Reductions started block by block during the backward (nonblocking): the same sums.
+TEST(DistTrain, MpirunTwoRanksMatchesOneProcessOverlapped) {
+  expect_same_training("overlap", kMuon, R"({"micro_batch": 4, "seq_len": 32, "grad_accum": 2})",
+                       "--overlap");
 }
 
 TEST(DistTrain, HungRankEndsTheJobNamingIt) {

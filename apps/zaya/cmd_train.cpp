@@ -18,7 +18,6 @@ int cmd_train(int argc, char** argv) {
   int64_t steps = 0;
   double max_minutes = -1;
   double comm_timeout = 300;
-  bool no_overlap = false;
   zaya::train::RunOptions run;
   app.add_option("--config", config, "TRAIN.json")->required();
   app.add_option("--steps", steps, "override 'steps'");
@@ -28,10 +27,11 @@ int cmd_train(int argc, char** argv) {
                  "data parallel: seconds to wait for the other ranks before aborting the job with a message "
                  "naming the rank that died or hangs")
       ->check(CLI::PositiveNumber);
-  app.add_flag("--no-overlap", no_overlap,
-               "data parallel: reduce gradients after the backward instead of block by block during it");
+  app.add_flag(
+      "--overlap", run.overlap,
+      "data parallel: start each block's gradient reductions (nonblocking) during the backward instead "
+      "of blocking reductions after it (slower on one machine without an MPI progress thread)");
   CLI11_PARSE(app, argc, argv);
-  run.overlap = !no_overlap;
   // MPI starts here when a launcher started this process (a world of one otherwise).
   zaya::dist::Comm& comm = zaya::dist::Comm::world();
   comm.set_timeout(comm_timeout);

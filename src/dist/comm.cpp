@@ -176,6 +176,21 @@ void Comm::ireduce_sum(float* data, int64_t n, int root) {
   }
 }
 
+void Comm::reduce_sum(float* data, int64_t n, int root) {
+  if (!active()) return;
+  for (int64_t off = 0; off < n; off += kMaxCount) {
+    const int count = int(std::min(kMaxCount, n - off));
+    MPI_Reduce(rank_ == root ? MPI_IN_PLACE : data + off, data + off, count, MPI_FLOAT, MPI_SUM, root,
+               MPI_COMM_WORLD);
+  }
+}
+
+void Comm::broadcast(float* data, int64_t n, int root) {
+  if (!active()) return;
+  for (int64_t off = 0; off < n; off += kMaxCount)
+    MPI_Bcast(data + off, int(std::min(kMaxCount, n - off)), MPI_FLOAT, root, MPI_COMM_WORLD);
+}
+
 void Comm::ibroadcast(float* data, int64_t n, int root) {
   if (!active()) return;
   for (int64_t off = 0; off < n; off += kMaxCount) {

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <string>
 
 #include "core/error.h"
 
@@ -178,6 +179,16 @@ void Zero1::finish_reduce() {
   const double t0 = now_s();
   // Blocks from the top down (the order the backward finishes them), then the rest; every rank posts the
   // same sequence of collectives.
+  if (!overlap_) {
+    // Nothing was started during the backward: blocking reductions, bucket by bucket in the same order.
+    for (size_t b = buckets_.size(); b-- > 0;) {
+      for (size_t s : buckets_[b]) {
+        const Shard& sh = plan_.shards[s];
+        comm_.reduce_sum(params_[sh.param].grad + sh.begin, sh.end - sh.begin, sh.owner);
+      }
+      posted_[b] = true;
+    }
+  }
   for (size_t b = buckets_.size(); b-- > 1;) post_layer(b);
   post_layer(0);
   comm_.wait_all("gradient reduction");

@@ -1,8 +1,8 @@
 // ZeRO-1 data parallelism: every rank holds the whole model and computes gradients on its slice of the
 // global batch; the optimizer state is split so that each rank owns (keeps state for, and updates) about
 // 1/N of it. One step:
-//   backward (local gradients) → reduce each shard's gradient to its owner (started per block as soon as
-//   the block's gradients are final: overlapped with the rest of the backward) → global norm from the owned
+//   backward (local gradients) → reduce each shard's gradient to its owner (after the backward, or with
+//   overlap started per block as soon as the block's gradients are final) → global norm from the owned
 //   shards → owners clip and update their shards → broadcast each updated shard from its owner.
 //
 // Ownership (plan_zero1): Muon's Newton–Schulz needs whole matrices, so Muon parameters are split only at
@@ -61,8 +61,10 @@ struct CommStats {
 // The communication of one ZeRO-1 step over `params` (the same list, same buffers, on every rank).
 class Zero1 {
  public:
-  // overlap: start a block's reductions from the backward's block_done callback (else all after it).
-  Zero1(Comm& comm, const std::vector<train::ParamRef>& params, ShardPlan plan, bool overlap = true);
+  // overlap: start a block's reductions (nonblocking) from the backward's block_done callback; else every
+  // reduction runs after the backward with the blocking collectives, which on one machine without an MPI
+  // progress thread is the faster choice (docs/distributed.md has the measurements).
+  Zero1(Comm& comm, const std::vector<train::ParamRef>& params, ShardPlan plan, bool overlap = false);
 
   Comm& comm() { return comm_; }
   const ShardPlan& plan() const { return plan_; }
@@ -77,7 +79,8 @@ class Zero1 {
   double global_grad_sq();
   // Multiplies the owned gradients by `scale` (clipping).
   void scale_owned(float scale);
-  // Every shard's value from its owner to every rank (after the owners' optimizer step).
+  // Every shard's value from its owner to every rank (after the owners' optimizer step; blocking: call it
+  // right after a heartbeat).
   void broadcast_params();
 
   CommStats& stats() { return stats_; }

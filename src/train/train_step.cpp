@@ -96,7 +96,10 @@ StepResult train_step(TrainModel& tm, Optimizer& optim, BalanceController& balan
   r.finite = clip.finite && std::isfinite(r.loss);
   if (!r.finite) return r;  // every rank sees the same norm and loss: all skip together
   optim.step(tm.params, float(r.lr));
-  if (dp) dp->broadcast_params();
+  if (dp) {
+    small_comm([&] { comm->heartbeat(str_cat("the parameter broadcast of step ", step)); });
+    dp->broadcast_params();
+  }
   std::vector<float*> biases;
   for (auto& layer : tm.master.w.layers) biases.push_back(layer.balancing_biases.f32());
   balancer.update(r.counts.data(), biases);

@@ -197,7 +197,7 @@ TrainSummary run_training(const TrainConfig& c, const RunOptions& run) {
         "%.3f)%s\n",
         world, num_threads(), rank, long(world), per_rank.c_str(), double(most) / double(state_single),
         state_single / 1e6, world, 1.0 / world,
-        run.overlap ? "; gradient reduction overlapped with the backward" : "");
+        run.overlap ? "; gradient reductions started during the backward (--overlap)" : "");
   }
 
   std::ofstream metrics;

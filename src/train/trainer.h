@@ -22,7 +22,7 @@ struct TrainSummary {
 
 struct RunOptions {
   std::string rank_log_dir;  // when set, every rank writes its own log lines to <dir>/rank<r>.log
-  bool overlap = true;       // data parallel: reduce each block's gradients during the backward
+  bool overlap = false;      // data parallel: start each block's (nonblocking) reductions during the backward
 };
 
 TrainSummary run_training(const TrainConfig& cfg, const RunOptions& run = {});
