@@ -8,7 +8,8 @@
 # communication time per step rank 0 was blocked (from summary.json), which says how much of the gradient
 # reduction the backward hid: with --overlap the reduction wait after the backward shrinks by that part.
 # Needs the Brown data of scripts/main.sh (runs/main/data/brown.train).
-#   bench/dist_speed.sh [BUILD_DIR] [CONFIG] [BATCH] [SEQ] [STEPS] [RANKS]
+#   [ACCUM=micro-batches per step] [OVERLAP=0 skips the --overlap run] bench/dist_speed.sh [BUILD_DIR] [CONFIG]
+#   [BATCH] [SEQ] [STEPS] [RANKS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
@@ -30,7 +31,7 @@ write_config() {  # $1 = run name
 {"model": {"config": "$CONFIG", "seed": 1}, "data": {"train": "$DATA", "seed": 1},
  "optim": {"lr": 0.003, "schedule": {"kind": "constant"}, "balancer": {"rule": "rprop"},
            "groups": $GROUPS_JSON},
- "batch": {"micro_batch": $B, "seq_len": $S}, "steps": $STEPS, "dtype": "bf16",
+ "batch": {"micro_batch": $B, "seq_len": $S, "grad_accum": ${ACCUM:-1}}, "steps": $STEPS, "dtype": "bf16",
  "eval": {"every": 0, "batches": 1}, "out": "$dir/$1", "sample": {"max_new_tokens": 0}}
 EOF
 }
@@ -43,7 +44,7 @@ echo "== mpirun -np $T, 1 thread each" >&2
 mpirun -np "$T" --bind-to core --map-by core -x OMP_NUM_THREADS=1 -x OMP_WAIT_POLICY \
   "$BUILD/zaya" train --config "$dir/blocking.json" 2>&1 | { grep -E "^train:|^step|error" >&2 || true; }
 echo "== mpirun -np $T, 1 thread each, --overlap" >&2
-mpirun -np "$T" --bind-to core --map-by core -x OMP_NUM_THREADS=1 -x OMP_WAIT_POLICY \
+[ "${OVERLAP:-1}" = 0 ] || mpirun -np "$T" --bind-to core --map-by core -x OMP_NUM_THREADS=1 -x OMP_WAIT_POLICY \
   "$BUILD/zaya" train --config "$dir/overlap.json" --overlap 2>&1 | { grep -E "^train:|^step|error" >&2 || true; }
 /usr/bin/python3 - "$dir" "$T" "$CONFIG" "$B" "$S" <<'PY'
 import json, sys, os
@@ -54,13 +55,15 @@ def tps(run):
     return sum(r["tokens_per_s"] for r in later) / len(later)
 def comm(run):
     return json.load(open(os.path.join(d, run, "summary.json"))).get("comm_ms_per_step", {})
-one, bl, ov = tps("single"), tps("blocking"), tps("overlap")
-print(f"| run ({cfg}, {B} x {S} global, bf16) | tokens/s | vs one process |")
+one, bl = tps("single"), tps("blocking")
+ov = tps("overlap") if os.path.exists(os.path.join(d, "overlap", "metrics.jsonl")) else float("nan")
+print(f"| run ({cfg}, {B} x {S} global x {os.environ.get('ACCUM', '1')} micro-batches, bf16) | tokens/s | vs one process |")
 print("| --- | --- | --- |")
 print(f"| 1 process x {T} threads | {one:.0f} | 1.00 |")
 print(f"| mpirun -np {T} x 1 thread | {bl:.0f} | {bl / one:.2f} |")
 print(f"| mpirun -np {T} x 1 thread, --overlap | {ov:.0f} | {ov / one:.2f} |")
 for run in ("blocking", "overlap"):
+    if not os.path.exists(os.path.join(d, run, "summary.json")): continue
     c = comm(run)
     print(f"{run}: rank-0 communication per step (ms): " + ", ".join(f"{k} {v:.1f}" for k, v in c.items()))
 PY
