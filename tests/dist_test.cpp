@@ -340,6 +340,24 @@ TEST(DistTrain, MpirunTwoRanksMatchesOneProcessOverlapped) {
                        "--overlap");
 }
 
+// Fixed reduction order for a fixed world size: two -np 2 runs give bitwise the same losses and norms.
+TEST(DistTrain, TwoRankRunsAreBitwiseRepeatable) {
+  Fixture& fx = fixture();
+  for (const char* name : {"rep_a", "rep_b"}) {
+    const std::string cfg = fx.write_config(name, kMuon, R"({"micro_batch": 4, "seq_len": 32})", 8);
+    ShellRun r = shell(mpirun(2) + ZAYA_BINARY + " train --config " + cfg);
+    ASSERT_EQ(r.status, 0) << r.output;
+  }
+  auto a = metrics(fx.dir / "rep_a"), b = metrics(fx.dir / "rep_b");
+  ASSERT_EQ(a.size(), 8u);
+  ASSERT_EQ(b.size(), 8u);
+  for (size_t s = 0; s < a.size(); s++) {
+    EXPECT_EQ(a[s]["loss"].get<double>(), b[s]["loss"].get<double>()) << "step " << s + 1;
+    EXPECT_EQ(a[s]["grad_norm"].get<double>(), b[s]["grad_norm"].get<double>()) << "step " << s + 1;
+    EXPECT_EQ(a[s]["expert_counts"], b[s]["expert_counts"]) << "step " << s + 1;
+  }
+}
+
 TEST(DistTrain, HungRankEndsTheJobNamingIt) {
   Fixture& fx = fixture();
   const std::string cfg = fx.write_config("hang", kMuon, R"({"micro_batch": 4, "seq_len": 32})", 6);
