@@ -22,7 +22,9 @@ echo "== 2. train (progress: step, loss, lr, grad norm, tokens/s, MFU, expert-lo
 $Z train --config configs/train-brown.json
 
 echo "== 3. talk to it"
-$Z generate --model runs/main/train/model --prompt "The jury said that" --max-new-tokens 60 \
-  --temperature 0.7 --top-k 40 --seed 7
-echo
+for seed in 1 2 3; do
+  $Z generate --model runs/main/train/model --prompt "The jury said that" --max-new-tokens 60 \
+    --temperature 0.7 --top-k 40 --seed $seed
+  echo
+done
 echo "Artifacts: runs/main/train/{metrics.jsonl,training.png,summary.json,sample.txt,model/}"
