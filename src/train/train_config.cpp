@@ -18,12 +18,13 @@ const std::set<std::string>& known_keys(const std::string& section) {
   static const std::map<std::string, std::set<std::string>> keys = {
       {"",
        {"model", "data", "tokenizer", "optim", "batch", "steps", "max_minutes", "dtype", "recompute", "eval",
-        "out", "log", "save_dtype", "sample", "comment"}},
+        "out", "log", "save_dtype", "sample", "checkpoint", "comment"}},
       {"model", {"config", "init_from", "seed"}},
       {"data", {"train", "val", "seed"}},
       {"batch", {"micro_batch", "seq_len", "grad_accum"}},
       {"eval", {"every", "batches"}},
       {"log", {"every"}},
+      {"checkpoint", {"every", "keep_last", "keep_every", "dir"}},
       {"sample", {"prompt", "max_new_tokens", "temperature", "top_k"}}};
   return keys.at(section);
 }
@@ -71,6 +72,7 @@ TrainConfig parse_train_config(const std::string& text, const std::string& src) 
   json j = parse_json_strict(text.data(), text.size(), src);
   TrainConfig c;
   c.source = src;
+  c.text = text;
   Section top{j, src + ": field '"};
   ZAYA_CHECK(j.is_object(), src, ": expected a JSON object");
   top.check_keys("");
@@ -120,6 +122,11 @@ TrainConfig parse_train_config(const std::string& text, const std::string& src) 
   c.save_dtype = top.string("save_dtype", "bf16");
   ZAYA_CHECK(c.save_dtype == "fp32" || c.save_dtype == "bf16", src,
              ": field 'save_dtype' must be fp32 or bf16");
+  Section ckpt = sub("checkpoint");
+  c.ckpt_every = ckpt.integer("every", 0, 0);
+  c.ckpt_keep_last = ckpt.integer("keep_last", c.ckpt_keep_last, 1);
+  c.ckpt_keep_every = ckpt.integer("keep_every", 0, 0);
+  c.ckpt_dir = ckpt.string("dir", c.out_dir + "/checkpoints");
   Section sample = sub("sample");
   c.sample_prompt = sample.string("prompt", c.sample_prompt);
   c.sample_tokens = sample.integer("max_new_tokens", c.sample_tokens, 0);

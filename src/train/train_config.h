@@ -42,6 +42,16 @@ struct TrainConfig {
   int64_t log_every = 1;               // "log.every"
   std::string save_dtype = "bf16";     // "save_dtype"
 
+  // Training checkpoints (ckpt/checkpoint.h; "checkpoint" in TRAIN.json): every `ckpt_every` steps and at
+  // the end (0 = never), under ckpt_dir (default <out>/checkpoints); retention keeps the newest
+  // `ckpt_keep_last` and every step that is a multiple of `ckpt_keep_every` (0 = none) forever.
+  int64_t ckpt_every = 0;       // "checkpoint.every"
+  int64_t ckpt_keep_last = 3;   // "checkpoint.keep_last"
+  int64_t ckpt_keep_every = 0;  // "checkpoint.keep_every"
+  std::string ckpt_dir;         // "checkpoint.dir"
+
+  std::string text;  // the TRAIN.json text as given (saved in every checkpoint's manifest)
+
   std::string sample_prompt = "The";  // "sample.prompt"
   int64_t sample_tokens = 48;         // "sample.max_new_tokens"
   float sample_temperature = 0.8f;    // "sample.temperature"

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "ckpt/checkpoint.h"
 #include "core/error.h"
 #include "core/threads.h"
 #include "data/indexed_dataset.h"
@@ -127,6 +128,54 @@ void inject_fault(int rank, int64_t step) {
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
 }
 
+// Every tensor rank `rank` saves: its shards of the master weights, its optimizer state, and on rank 0 the
+// buffers (balancing biases) and the balancer state (the same on every rank).
+std::vector<ckpt::TensorEntry> checkpoint_tensors(TrainModel& tm, const dist::ShardPlan& plan,
+                                                  Optimizer& optim, BalanceController& balancer, int rank) {
+  std::vector<ckpt::TensorEntry> out;
+  for (const dist::Shard& s : plan.shards) {
+    if (s.owner != rank) continue;
+    const ParamRef& p = tm.params[s.param];
+    const bool whole = s.begin == 0 && s.end == shape_numel(p.shape);
+    Tensor v = whole ? Tensor::view(DType::F32, p.shape, p.value, nullptr)
+                     : Tensor::view(DType::F32, {s.end - s.begin}, p.value + s.begin, nullptr);
+    out.push_back({p.name, v, whole ? Shape{} : p.shape, whole ? 0 : s.begin});
+  }
+  if (rank == 0) {
+    ZayaWeights w = tm.master.w;  // named_params needs a mutable structure; tensors are shared
+    for (auto& np : named_params(tm.master.cfg, w))
+      if (np.is_buffer) out.push_back({np.name, *np.slot, {}, 0});
+    for (auto& [name, t] : balancer.state_tensors()) out.push_back({name, t, {}, 0});
+  }
+  for (auto& [name, t] : optim.state_tensors()) out.push_back({name, t, {}, 0});
+  return out;
+}
+
+// What must match between the run that saved a checkpoint and the one resuming it for the data stream and
+// the sharding to continue identically.
+nlohmann::json run_shape(const TrainConfig& c, int world) {
+  return {{"micro_batch", c.micro_batch},      {"seq_len", c.seq_len}, {"grad_accum", c.grad_accum},
+          {"data_seed", c.data_seed},          {"world", world},       {"dtype", dtype_name(c.dtype)},
+          {"num_params", c.model.num_params()}};
+}
+
+// Keeps the metrics rows of steps before `first_step` (a resumed run appends after them).
+void truncate_metrics(const std::string& path, int64_t first_step) {
+  namespace fs = std::filesystem;
+  if (!fs::exists(path)) return;
+  std::ifstream in(path);
+  std::string line, kept;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.contains("step") || j["step"].get<int64_t>() >= first_step) break;
+    kept += line + "\n";
+  }
+  in.close();
+  std::ofstream(path + ".tmp", std::ios::binary) << kept;
+  fs::rename(path + ".tmp", path);
+}
+
 }  // namespace
 
 TrainSummary run_training(const TrainConfig& c, const RunOptions& run) {
@@ -200,17 +249,88 @@ TrainSummary run_training(const TrainConfig& c, const RunOptions& run) {
         run.overlap ? "; gradient reductions started during the backward (--overlap)" : "");
   }
 
+  // Resume: weights, optimizer and balancer state, loader position, step and counters from a checkpoint.
+  TrainSummary sum;
+  int64_t first_step = 1;
+  if (!run.resume.empty()) {
+    std::unique_ptr<ckpt::Checkpoint> ck;
+    if (run.resume == "auto") {
+      std::vector<std::string> skipped;
+      ck = ckpt::open_latest(c.ckpt_dir, &skipped);
+      for (const auto& why : skipped) say("train: resume: skipping %s\n", why.c_str());
+      ZAYA_CHECK(ck || skipped.empty(), c.ckpt_dir, ": none of the ", skipped.size(),
+                 " checkpoints verifies; refusing to start over (remove them or pick one with --resume DIR)");
+      if (!ck) say("train: resume auto: no checkpoint under %s, starting fresh\n", c.ckpt_dir.c_str());
+    } else {
+      ck = std::make_unique<ckpt::Checkpoint>(ckpt::Checkpoint::open(run.resume));
+    }
+    if (ck) {
+      const nlohmann::json& st = ck->state();
+      ZAYA_CHECK(ck->world() == world, ck->dir(), ": saved by ", ck->world(), " ranks, this run has ", world,
+                 " (resharding is not supported yet)");
+      const nlohmann::json want = run_shape(c, world);
+      ZAYA_CHECK(st.value("run", nlohmann::json()) == want, ck->dir(), ": saved with ",
+                 st.value("run", nlohmann::json()).dump(), ", this run is ", want.dump(),
+                 " (batch, data seed, dtype, model and world must match to continue)");
+      ZayaWeights w = master.w;
+      for (auto& np : named_params(master.cfg, w)) ck->assemble(np.name, DType::F32, np.shape, np.slot->data);
+      std::vector<std::pair<std::string, Tensor>> opt_state, bal_state;
+      for (auto& t : ck->tensors_of(rank))
+        if (t.first.rfind("optim.", 0) == 0) opt_state.push_back(t);
+      for (auto& t : ck->tensors_of(0))
+        if (t.first.rfind("balancer.", 0) == 0) bal_state.push_back(t);
+      optim.load_state(opt_state, ck->dir());
+      balancer.load_state(bal_state, ck->dir());
+      tm.refresh_compute();
+      const auto& ls = st.at("loader");
+      loader.restore(
+          {ls.at("seed").get<uint64_t>(), ls.at("epoch").get<uint64_t>(), ls.at("position").get<uint64_t>()});
+      sum.skipped_steps = st.value("skipped_steps", int64_t(0));
+      first_step = ck->step() + 1;
+      sum.steps = ck->step();
+      if (root) truncate_metrics(c.out_dir + "/metrics.jsonl", first_step);
+      say("train: resumed from %s (step %ld)\n", ck->dir().c_str(), long(ck->step()));
+    }
+  }
+  auto save_checkpoint = [&](int64_t at_step) {
+    const std::string dir = ckpt::step_dir(c.ckpt_dir, at_step);
+    const auto t0 = clock_type::now();
+    if (root) ckpt::remove_partial(dir);
+    comm.allgather(0, "checkpoint start");
+    ckpt::write_rank_part(dir, rank, checkpoint_tensors(tm, plan, optim, balancer, rank));
+    comm.allgather(0, "checkpoint written");
+    if (!root) return;
+    const data::LoaderState ls = loader.state();
+    nlohmann::json state = {
+        {"loader", {{"seed", ls.seed}, {"epoch", ls.epoch}, {"position", ls.position}}},
+        {"optimizer_steps", optim.steps_taken()},
+        {"balancer_steps", balancer.steps_taken()},
+        {"skipped_steps", sum.skipped_steps},
+        // Training draws no random numbers after the initialisation: the loader's order is a function of
+        // (seed, epoch), saved above. The final sample's sampler is seeded afresh.
+        {"rng", {{"loader_seed", ls.seed}}},
+        {"run", run_shape(c, world)},
+        {"threads", num_threads()},
+        {"train_config", nlohmann::json::parse(c.text, nullptr, false).is_discarded()
+                             ? nlohmann::json(c.text)
+                             : nlohmann::json::parse(c.text)}};
+    ckpt::commit(dir, at_step, world, state);
+    auto removed = ckpt::apply_retention(c.ckpt_dir, c.ckpt_keep_last, c.ckpt_keep_every);
+    say("train: checkpoint %s written in %.2f s%s\n", dir.c_str(), seconds_since(t0),
+        removed.empty() ? "" : str_cat(" (retention removed ", removed.size(), ")").c_str());
+  };
+
   std::ofstream metrics;
   if (root) {
-    metrics.open(c.out_dir + "/metrics.jsonl");
+    metrics.open(c.out_dir + "/metrics.jsonl",
+                 std::ios::out | (first_step > 1 ? std::ios::app : std::ios::trunc));
     ZAYA_CHECK(metrics.good(), c.out_dir, "/metrics.jsonl: cannot write");
   }
-  TrainSummary sum;
   ForwardScratch scratch;
   double ema_tps = 0;
   const auto t_loop = clock_type::now();
   int64_t step = 0;
-  for (step = 1; step <= c.steps; step++) {
+  for (step = first_step; step <= c.steps; step++) {
     const auto t_step = clock_type::now();
     inject_fault(rank, step);
     // The step's batches (ids checked here so that a bad one names the dataset file), then the step itself.
@@ -234,7 +354,7 @@ TrainSummary run_training(const TrainConfig& c, const RunOptions& run) {
     }
     const double dt = seconds_since(t_step);
     const double tps = c.tokens_per_step() / dt;
-    ema_tps = step == 1 ? tps : 0.9 * ema_tps + 0.1 * tps;
+    ema_tps = step == first_step ? tps : 0.9 * ema_tps + 0.1 * tps;
     const double elapsed = seconds_since(t_loop);
     double eta = (c.steps - step) * c.tokens_per_step() / ema_tps;
     if (c.max_minutes > 0) eta = std::min(eta, c.max_minutes * 60 - seconds_since(t_start));
@@ -290,6 +410,7 @@ TrainSummary run_training(const TrainConfig& c, const RunOptions& run) {
     }
     sum.final_train_loss = loss;
     sum.steps = step;
+    if (c.ckpt_every > 0 && (step % c.ckpt_every == 0 || last)) save_checkpoint(step);
     if (last) break;
   }
   sum.seconds = seconds_since(t_start);

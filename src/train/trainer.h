@@ -5,6 +5,8 @@
 // Under mpirun / srun (dist/comm.h) it trains data-parallel with a ZeRO-1 optimizer (dist/zero1.h): batch
 // sizes in TRAIN.json are global (micro_batch rows split over the ranks), so the same file gives the same
 // run for any number of ranks; only rank 0 prints and writes files (docs/distributed.md).
+// With "checkpoint.every" it saves training checkpoints (every rank its own shards) that RunOptions::resume
+// continues from bit-identically: same parameters, optimizer and balancer state, data order and losses.
 #pragma once
 
 #include <string>
@@ -23,6 +25,10 @@ struct TrainSummary {
 struct RunOptions {
   std::string rank_log_dir;  // when set, every rank writes its own log lines to <dir>/rank<r>.log
   bool overlap = false;      // data parallel: start each block's (nonblocking) reductions during the backward
+  // Continue from a training checkpoint (ckpt/checkpoint.h): "" = start fresh; "auto" = the newest checkpoint
+  // under the config's checkpoint.dir whose checksums verify (newer broken ones are reported and skipped;
+  // none at all = start fresh); else a step directory. The world size must be the one that saved it.
+  std::string resume;
 };
 
 TrainSummary run_training(const TrainConfig& cfg, const RunOptions& run = {});

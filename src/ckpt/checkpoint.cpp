@@ -1,0 +1,307 @@
+#include "ckpt/checkpoint.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+#include "io/mapped_file.h"
+
+namespace zaya::ckpt {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+constexpr size_t kAlign = 64;  // every tensor starts on a cache line (and any element size divides it)
+constexpr const char* kFormat = "zaya-train-checkpoint-1";
+
+std::string rank_name(int rank, const char* ext) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "rank_%05d.%s", rank, ext);
+  return buf;
+}
+
+std::string hex64(uint64_t h) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "%016llx", (unsigned long long)h);
+  return buf;
+}
+
+// An fd that is closed on scope exit; write_all / sync report errors naming the path.
+struct File {
+  int fd = -1;
+  std::string path;
+  File(const std::string& p, int flags) : path(p) {
+    fd = ::open(p.c_str(), flags, 0644);
+    ZAYA_CHECK(fd >= 0, p, ": cannot open (", std::strerror(errno), ")");
+  }
+  ~File() {
+    if (fd >= 0) ::close(fd);
+  }
+  void write_all(const void* data, size_t n) {
+    const char* p = static_cast<const char*>(data);
+    while (n > 0) {
+      ssize_t w = ::write(fd, p, n);
+      if (w < 0 && errno == EINTR) continue;
+      ZAYA_CHECK(w > 0, path, ": write failed (", std::strerror(errno), ")");
+      p += w;
+      n -= size_t(w);
+    }
+  }
+  void sync() { ZAYA_CHECK(::fsync(fd) == 0, path, ": fsync failed (", std::strerror(errno), ")"); }
+};
+
+void write_file_synced(const std::string& path, const std::string& text) {
+  File f(path, O_WRONLY | O_CREAT | O_TRUNC);
+  f.write_all(text.data(), text.size());
+  f.sync();
+}
+
+// Makes renames and new names in `dir` durable.
+void sync_dir(const std::string& dir) {
+  File d(dir, O_RDONLY | O_DIRECTORY);
+  d.sync();
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  ZAYA_CHECK(f.good(), path, ": cannot read");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+Shape shape_from(const json& j, const std::string& where) {
+  ZAYA_CHECK(j.is_array(), where, ": expected a shape array");
+  Shape s;
+  for (const auto& d : j) {
+    ZAYA_CHECK(d.is_number_integer() && d.get<int64_t>() >= 0, where, ": bad dimension ", d.dump());
+    s.push_back(d.get<int64_t>());
+  }
+  return s;
+}
+
+}  // namespace
+
+std::string step_dir(const std::string& root, int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "step_%08lld", (long long)step);
+  return (fs::path(root) / buf).string();
+}
+
+void remove_partial(const std::string& dir) {
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  ZAYA_CHECK(!ec, dir, ": cannot remove an earlier incomplete checkpoint (", ec.message(), ")");
+}
+
+void write_rank_part(const std::string& dir, int rank, const std::vector<TensorEntry>& tensors) {
+  fs::create_directories(dir);
+  const std::string bin = rank_name(rank, "bin");
+  File f((fs::path(dir) / bin).string(), O_WRONLY | O_CREAT | O_TRUNC);
+  json list = json::array();
+  uint64_t offset = 0;
+  static const char zeros[kAlign] = {};
+  for (const TensorEntry& t : tensors) {
+    ZAYA_ASSERT(t.data.defined() || t.data.nbytes() == 0, "a saved tensor has data");
+    const size_t pad = (kAlign - offset % kAlign) % kAlign;
+    f.write_all(zeros, pad);
+    offset += pad;
+    const size_t n = t.data.nbytes();
+    f.write_all(t.data.data, n);
+    json e = {{"name", t.name},        {"owner", rank},
+              {"file", bin},           {"offset", offset},
+              {"nbytes", n},           {"dtype", dtype_name(t.data.dtype)},
+              {"shape", t.data.shape}, {"xxh3", hex64(XXH3_64bits(t.data.data, n))}};
+    if (!t.whole.empty()) {
+      e["whole_shape"] = t.whole;
+      e["begin"] = t.begin;
+    }
+    list.push_back(std::move(e));
+    offset += n;
+  }
+  f.sync();
+  json side = {{"file", bin}, {"size", offset}, {"tensors", list}};
+  write_file_synced((fs::path(dir) / rank_name(rank, "json")).string(), side.dump());
+}
+
+void commit(const std::string& dir, int64_t step, int world, const json& state) {
+  json tensors = json::array(), files = json::array();
+  for (int r = 0; r < world; r++) {
+    const std::string side_path = (fs::path(dir) / rank_name(r, "json")).string();
+    json side = json::parse(read_text(side_path));
+    files.push_back({{"file", side["file"]}, {"rank", r}, {"size", side["size"]}});
+    for (auto& t : side["tensors"]) tensors.push_back(t);
+  }
+  json m = {{"format", kFormat}, {"step", step},   {"world", world},
+            {"files", files},    {"state", state}, {"tensors", tensors}};
+  const std::string manifest = (fs::path(dir) / "manifest.json").string();
+  write_file_synced(manifest + ".tmp", m.dump(1));
+  ZAYA_CHECK(std::rename((manifest + ".tmp").c_str(), manifest.c_str()) == 0, manifest, ": rename failed (",
+             std::strerror(errno), ")");
+  for (int r = 0; r < world; r++) fs::remove(fs::path(dir) / rank_name(r, "json"));
+  sync_dir(dir);
+  write_file_synced((fs::path(dir) / "COMPLETE").string(), str_cat("step ", step, "\n"));
+  sync_dir(dir);
+  sync_dir(fs::path(dir).parent_path().string());
+}
+
+Checkpoint Checkpoint::open(const std::string& dir) {
+  Checkpoint c;
+  c.dir_ = dir;
+  ZAYA_CHECK(fs::exists(fs::path(dir) / "COMPLETE"), dir,
+             ": incomplete checkpoint (no COMPLETE marker: the save did not finish)");
+  const std::string mpath = (fs::path(dir) / "manifest.json").string();
+  ZAYA_CHECK(fs::exists(mpath), dir, ": manifest.json is missing");
+  json m;
+  try {
+    m = json::parse(read_text(mpath));
+  } catch (const json::exception& e) {
+    throw Error(str_cat(mpath, ": not valid JSON (", e.what(), ")"));
+  }
+  try {
+    ZAYA_CHECK(m.is_object() && m.value("format", "") == kFormat, mpath,
+               ": not a checkpoint manifest of format ", kFormat);
+    c.step_ = m.at("step").get<int64_t>();
+    c.world_ = m.at("world").get<int>();
+    c.state_ = m.at("state");
+    std::map<std::string, std::shared_ptr<MappedFile>> mapped;
+    for (const auto& f : m.at("files")) {
+      const std::string name = f.at("file").get<std::string>();
+      ZAYA_CHECK(name.find('/') == std::string::npos && name.find("..") == std::string::npos, mpath,
+                 ": bad data file name ", name);
+      const std::string path = (fs::path(dir) / name).string();
+      ZAYA_CHECK(fs::exists(path), path, ": data file is missing");
+      auto mf = MappedFile::open(path);
+      ZAYA_CHECK(mf->size() == f.at("size").get<uint64_t>(), path, ": size ", mf->size(),
+                 " bytes, the manifest says ", f.at("size").get<uint64_t>(), " (truncated or overwritten)");
+      mapped[name] = mf;
+      c.files_.push_back(mf);
+    }
+    for (const auto& t : m.at("tensors")) {
+      Entry e;
+      e.name = t.at("name").get<std::string>();
+      e.owner = t.at("owner").get<int>();
+      const std::string where = str_cat(mpath, ": tensor ", e.name, " (rank ", e.owner, ")");
+      auto it = mapped.find(t.at("file").get<std::string>());
+      ZAYA_CHECK(it != mapped.end(), where, ": its file is not listed in 'files'");
+      const uint64_t off = t.at("offset").get<uint64_t>(), n = t.at("nbytes").get<uint64_t>();
+      ZAYA_CHECK(off <= it->second->size() && n <= it->second->size() - off, where, ": bytes [", off, ", ",
+                 off + n, ") lie outside its file of ", it->second->size(), " bytes");
+      DType dt;
+      ZAYA_CHECK(dtype_from_name(t.at("dtype").get<std::string>(), &dt), where, ": unknown dtype");
+      Shape shape = shape_from(t.at("shape"), where);
+      ZAYA_CHECK(uint64_t(shape_numel(shape)) * dtype_size(dt) == n, where, ": shape ", shape_str(shape),
+                 " does not match its ", n, " bytes");
+      const uint8_t* bytes = it->second->data() + off;
+      ZAYA_CHECK(hex64(XXH3_64bits(bytes, n)) == t.at("xxh3").get<std::string>(), where,
+                 ": checksum mismatch (the data file is corrupted)");
+      e.data = Tensor::view(dt, shape, const_cast<uint8_t*>(bytes), it->second);
+      if (t.contains("whole_shape")) {
+        e.whole = shape_from(t["whole_shape"], where);
+        e.begin = t.at("begin").get<int64_t>();
+      } else {
+        e.begin = 0;
+      }
+      c.entries_.push_back(std::move(e));
+    }
+  } catch (const json::exception& e) {
+    throw Error(str_cat(mpath, ": malformed manifest (", e.what(), ")"));
+  }
+  c.manifest_ = std::move(m);
+  return c;
+}
+
+std::vector<std::pair<std::string, Tensor>> Checkpoint::tensors_of(int owner) const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (const Entry& e : entries_)
+    if (e.owner == owner) out.emplace_back(e.name, e.data);
+  return out;
+}
+
+bool Checkpoint::has(const std::string& name) const {
+  for (const Entry& e : entries_)
+    if (e.name == name) return true;
+  return false;
+}
+
+void Checkpoint::assemble(const std::string& name, DType dtype, const Shape& shape, void* dst) const {
+  const int64_t numel = shape_numel(shape);
+  const size_t esize = dtype_size(dtype);
+  int64_t covered = 0;
+  for (const Entry& e : entries_) {
+    if (e.name != name) continue;
+    const std::string where = str_cat(dir_, ": tensor ", name, " (rank ", e.owner, ")");
+    ZAYA_CHECK(e.data.dtype == dtype, where, ": dtype ", dtype_name(e.data.dtype), ", expected ",
+               dtype_name(dtype));
+    const Shape& whole = e.whole.empty() ? e.data.shape : e.whole;
+    ZAYA_CHECK(whole == shape, where, ": shape ", shape_str(whole), ", expected ", shape_str(shape));
+    ZAYA_CHECK(e.begin >= 0 && e.begin + e.data.numel() <= numel, where, ": slice outside the tensor");
+    std::memcpy(static_cast<uint8_t*>(dst) + size_t(e.begin) * esize, e.data.data, e.data.nbytes());
+    covered += e.data.numel();
+  }
+  // Slices are disjoint by construction (one owner per element); the count catches a missing one.
+  ZAYA_CHECK(covered == numel, dir_, ": tensor ", name, ": the checkpoint holds ", covered, " of its ", numel,
+             " elements");
+}
+
+std::vector<CheckpointListing> list_checkpoints(const std::string& root) {
+  std::vector<CheckpointListing> out;
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return out;
+  for (const auto& d : fs::directory_iterator(root)) {
+    const std::string name = d.path().filename().string();
+    if (!d.is_directory() || name.size() != 13 || name.rfind("step_", 0) != 0) continue;
+    if (!std::all_of(name.begin() + 5, name.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) continue;
+    out.push_back({d.path().string(), std::stoll(name.substr(5)), fs::exists(d.path() / "COMPLETE")});
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.step < b.step; });
+  return out;
+}
+
+std::unique_ptr<Checkpoint> open_latest(const std::string& root, std::vector<std::string>* skipped) {
+  auto list = list_checkpoints(root);
+  for (auto it = list.rbegin(); it != list.rend(); ++it) {
+    try {
+      return std::make_unique<Checkpoint>(Checkpoint::open(it->dir));
+    } catch (const Error& e) {
+      if (skipped) skipped->push_back(e.what());
+    }
+  }
+  return nullptr;
+}
+
+std::vector<std::string> apply_retention(const std::string& root, int64_t keep_last, int64_t keep_every) {
+  auto list = list_checkpoints(root);
+  int64_t newest_complete = -1, complete_seen = 0;
+  for (const auto& c : list)
+    if (c.complete) newest_complete = std::max(newest_complete, c.step);
+  std::vector<std::string> removed;
+  for (auto it = list.rbegin(); it != list.rend(); ++it) {
+    bool keep;
+    if (it->complete) {
+      keep = complete_seen < keep_last || (keep_every > 0 && it->step % keep_every == 0);
+      complete_seen++;
+    } else {
+      keep = it->step > newest_complete;  // may still be being written
+    }
+    if (keep) continue;
+    std::error_code ec;
+    fs::remove_all(it->dir, ec);
+    if (!ec) removed.push_back(it->dir);
+  }
+  return removed;
+}
+
+}  // namespace zaya::ckpt

@@ -1,0 +1,284 @@
+// Training checkpoints (ckpt/checkpoint.h, `zaya train --resume`) on real files:
+//   1. 8 steps straight vs 4 steps + checkpoint + a killed process + a fresh process resuming to 8: every
+//      logged loss, the final parameters, optimizer and balancer state are bitwise equal;
+//   2. a truncated data file, a flipped byte and a missing completion marker are each detected and
+//      `--resume auto` falls back to the previous checkpoint (and still ends bitwise equal);
+//   3. retention keeps the newest K and every M-th step; slices assemble; malformed manifests are errors.
+#include "ckpt/checkpoint.h"
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "data/prepare.h"
+#include "test_util.h"
+#include "tokenizer/bpe_trainer.h"
+#include "tokenizer/tokenizer.h"
+
+using namespace zaya;
+namespace fs = std::filesystem;
+
+namespace {
+
+const char* kTinyModel =
+    R"({"model_type": "zaya", "vocab_size": 512, "hidden_size": 64, "num_hidden_layers": 2,
+  "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "moe_intermediate_size": 32,
+  "num_experts": 4, "router_hidden_size": 16, "layer_types": ["hybrid", "hybrid_sliding"], "sliding_window": 8,
+  "tie_word_embeddings": true, "eos_token_id": 1})";
+
+// A temp directory with a tiny corpus, its tokenizer and prepared shards (as tests/train_test.cpp).
+struct Fixture {
+  fs::path dir;
+  Fixture() {
+    dir = fs::temp_directory_path() / ("zaya_ckpt_test_" + std::to_string(getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir / "corpus");
+    const char* sentences[] = {"the cat sat on the mat. ", "a dog ran in the park. ",
+                               "the bird sang a song. ", "we read the old book. "};
+    for (int d = 0; d < 12; d++) {
+      std::ofstream f(dir / "corpus" / ("doc" + std::to_string(d) + ".txt"));
+      for (int i = 0; i < 60; i++) f << sentences[(i * 5 + d) % 4];
+    }
+    BpeTrainerOptions bo;
+    bo.vocab_size = 512;
+    BpeTrainer trainer(bo);
+    for (const auto& e : fs::directory_iterator(dir / "corpus"))
+      trainer.add_text(test::read_text(e.path().string()));
+    std::ofstream(dir / "tokenizer.json") << trainer.train();
+    Tokenizer tok = Tokenizer::load((dir / "tokenizer.json").string());
+    data::PrepareOptions po;
+    po.corpus.inputs = {(dir / "corpus").string()};
+    po.out_prefix = (dir / "data").string();
+    po.val_fraction = 0.2;
+    po.progress = false;
+    data::prepare_dataset(tok, po);
+    std::ofstream(dir / "model.json") << kTinyModel;
+  }
+  ~Fixture() { fs::remove_all(dir); }
+
+  // A TRAIN.json for run `name` (output in dir/name, checkpoints every 4 steps), written to dir/name.json.
+  std::string config(const std::string& name) const {
+    const std::string text = R"({"model": {"config": ")" + (dir / "model.json").string() +
+                             R"(", "seed": 3},
+      "data": {"train": ")" + (dir / "data.train").string() +
+                             R"(", "val": ")" + (dir / "data.val").string() + R"("},
+      "optim": {"lr": 0.01, "schedule": {"kind": "cosine", "warmup_steps": 2}, "balancer": {"rule": "rprop"}},
+      "batch": {"micro_batch": 4, "seq_len": 32, "grad_accum": 2}, "steps": 8, "eval": {"every": 0, "batches": 1},
+      "out": ")" + (dir / name).string() +
+                             R"(", "save_dtype": "fp32", "sample": {"max_new_tokens": 0},
+      "checkpoint": {"every": 4, "keep_last": 5}})";
+    const std::string path = (dir / (name + ".json")).string();
+    std::ofstream(path) << text;
+    return path;
+  }
+};
+
+// Runs the zaya binary; returns its exit status (the log goes to `log`).
+int run_zaya(const std::string& env, const std::string& args, const std::string& log) {
+  const std::string cmd = env + " " + ZAYA_BINARY + " " + args + " > '" + log + "' 2>&1";
+  const int st = std::system(cmd.c_str());
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+std::vector<std::string> metrics_field(const fs::path& path, const char* field) {
+  std::vector<std::string> out;
+  std::ifstream f(path);
+  std::string line;
+  while (std::getline(f, line)) {
+    auto j = nlohmann::json::parse(line);
+    out.push_back(std::to_string(j["step"].get<int64_t>()) + ":" + j[field].dump());
+  }
+  return out;
+}
+
+std::string bytes_of(const fs::path& p) {
+  return test::read_text(p.string());
+}
+
+// The straight run's results: losses, grad norms, the final checkpoint's data file and the saved model.
+struct RunResult {
+  std::vector<std::string> losses, grad_norms;
+  std::string final_state, final_model;
+};
+
+RunResult result_of(const fs::path& out) {
+  return {metrics_field(out / "metrics.jsonl", "loss"), metrics_field(out / "metrics.jsonl", "grad_norm"),
+          bytes_of(out / "checkpoints" / "step_00000008" / "rank_00000.bin"),
+          bytes_of(out / "model" / "model.safetensors")};
+}
+
+void expect_same(const RunResult& a, const RunResult& b) {
+  ASSERT_EQ(a.losses.size(), 8u);
+  EXPECT_EQ(a.losses, b.losses);
+  EXPECT_EQ(a.grad_norms, b.grad_norms);
+  EXPECT_FALSE(a.final_state.empty());
+  EXPECT_TRUE(a.final_state == b.final_state) << "parameters / optimizer / balancer state differ";
+  EXPECT_TRUE(a.final_model == b.final_model) << "saved models differ";
+}
+
+void flip_byte(const fs::path& p, size_t at) {
+  std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(std::streamoff(at));
+  char c;
+  f.get(c);
+  f.seekp(std::streamoff(at));
+  f.put(char(c ^ 0x10));
+}
+
+}  // namespace
+
+TEST(Checkpoint, ResumeIsBitExactAndBrokenCheckpointsAreSkipped) {
+  Fixture fx;
+  const fs::path a = fx.dir / "straight", b = fx.dir / "killed";
+  ASSERT_EQ(run_zaya("", "train --config " + fx.config("straight"), (fx.dir / "a.log").string()), 0)
+      << test::read_text((fx.dir / "a.log").string());
+  const RunResult straight = result_of(a);
+
+  // 4 steps, checkpoint, then the process dies at the start of step 5; a fresh process resumes.
+  const std::string cfg_b = fx.config("killed");
+  EXPECT_EQ(run_zaya("ZAYA_DIST_FAULT=exit:0:5", "train --config " + cfg_b, (fx.dir / "b1.log").string()), 9);
+  EXPECT_TRUE(fs::exists(b / "checkpoints" / "step_00000004" / "COMPLETE"));
+  EXPECT_FALSE(fs::exists(b / "checkpoints" / "step_00000008"));
+  ASSERT_EQ(run_zaya("", "train --config " + cfg_b + " --resume auto", (fx.dir / "b2.log").string()), 0)
+      << test::read_text((fx.dir / "b2.log").string());
+  EXPECT_NE(test::read_text((fx.dir / "b2.log").string()).find("resumed from"), std::string::npos);
+  expect_same(straight, result_of(b));
+
+  // Broken newest checkpoints: each is reported and skipped, and the previous one is used.
+  const fs::path root = b / "checkpoints", step8 = root / "step_00000008", step4 = root / "step_00000004";
+  const fs::path good8 = fx.dir / "good8";
+  fs::copy(step8, good8, fs::copy_options::recursive);
+  auto expect_fallback = [&](const std::string& reason) {
+    std::vector<std::string> skipped;
+    auto ck = ckpt::open_latest(root.string(), &skipped);
+    ASSERT_TRUE(ck);
+    EXPECT_EQ(ck->step(), 4);
+    ASSERT_EQ(skipped.size(), 1u);
+    EXPECT_NE(skipped[0].find(reason), std::string::npos) << skipped[0];
+    EXPECT_NE(skipped[0].find("step_00000008"), std::string::npos) << skipped[0];
+    fs::remove_all(step8);
+    fs::copy(good8, step8, fs::copy_options::recursive);
+  };
+  fs::resize_file(step8 / "rank_00000.bin", fs::file_size(step8 / "rank_00000.bin") - 100);
+  expect_fallback("truncated");
+  flip_byte(step8 / "rank_00000.bin", fs::file_size(step8 / "rank_00000.bin") / 2);
+  expect_fallback("checksum");
+  fs::remove(step8 / "COMPLETE");
+  expect_fallback("COMPLETE");
+  flip_byte(step8 / "manifest.json", 20);
+  {
+    std::vector<std::string> skipped;
+    auto ck = ckpt::open_latest(root.string(), &skipped);
+    ASSERT_TRUE(ck);
+    EXPECT_EQ(ck->step(), 4);
+    ASSERT_EQ(skipped.size(), 1u);
+    EXPECT_NE(skipped[0].find("manifest.json"), std::string::npos) << skipped[0];
+    fs::remove_all(step8);
+    fs::copy(good8, step8, fs::copy_options::recursive);
+  }
+
+  // The CLI falls back too: a flipped byte in step 8, resume auto from step 4 to 8 ends bitwise as straight.
+  flip_byte(step8 / "rank_00000.bin", 4096);
+  ASSERT_EQ(run_zaya("", "train --config " + cfg_b + " --resume auto", (fx.dir / "b3.log").string()), 0)
+      << test::read_text((fx.dir / "b3.log").string());
+  const std::string log3 = test::read_text((fx.dir / "b3.log").string());
+  EXPECT_NE(log3.find("skipping"), std::string::npos) << log3;
+  EXPECT_NE(log3.find("checksum"), std::string::npos) << log3;
+  EXPECT_NE(log3.find("step_00000004 (step 4)"), std::string::npos) << log3;
+  expect_same(straight, result_of(b));
+
+  // Every checkpoint broken: an error, not a fresh start.
+  flip_byte(step4 / "rank_00000.bin", 64);
+  flip_byte(step8 / "rank_00000.bin", 64);
+  EXPECT_NE(run_zaya("", "train --config " + cfg_b + " --resume auto", (fx.dir / "b4.log").string()), 0);
+  EXPECT_NE(test::read_text((fx.dir / "b4.log").string()).find("none of the 2 checkpoints"),
+            std::string::npos)
+      << test::read_text((fx.dir / "b4.log").string());
+  // An explicit directory that does not verify is an error naming it.
+  EXPECT_NE(
+      run_zaya("", "train --config " + cfg_b + " --resume " + step4.string(), (fx.dir / "b5.log").string()),
+      0);
+  EXPECT_NE(test::read_text((fx.dir / "b5.log").string()).find("checksum"), std::string::npos);
+}
+
+namespace {
+
+// A committed one-tensor checkpoint of `step` under root.
+void tiny_checkpoint(const fs::path& root, int64_t step) {
+  const std::string dir = ckpt::step_dir(root.string(), step);
+  Tensor t = Tensor::empty(DType::F32, {3});
+  t.f32()[0] = float(step);
+  ckpt::write_rank_part(dir, 0, {{"x", t, {}, 0}});
+  ckpt::commit(dir, step, 1, {{"note", "test"}});
+}
+
+}  // namespace
+
+TEST(Checkpoint, RetentionKeepsLastKAndEveryMth) {
+  const fs::path root = fs::temp_directory_path() / ("zaya_ckpt_ret_" + std::to_string(getpid()));
+  fs::remove_all(root);
+  for (int64_t s = 1; s <= 10; s++) tiny_checkpoint(root, s);
+  fs::create_directories(ckpt::step_dir(root.string(), 5) + "x");       // not a step directory: left alone
+  fs::remove(fs::path(ckpt::step_dir(root.string(), 5)) / "COMPLETE");  // an old incomplete one: removed
+  fs::create_directories(ckpt::step_dir(root.string(), 11));            // newer, maybe being written: kept
+  auto removed = ckpt::apply_retention(root.string(), 3, 4);
+  std::vector<int64_t> left;
+  for (const auto& c : ckpt::list_checkpoints(root.string())) left.push_back(c.step);
+  EXPECT_EQ(left, (std::vector<int64_t>{4, 8, 9, 10, 11}));
+  EXPECT_EQ(removed.size(), 6u);
+  EXPECT_TRUE(fs::exists(ckpt::step_dir(root.string(), 5) + "x"));
+  auto ck = ckpt::Checkpoint::open(ckpt::step_dir(root.string(), 10));
+  EXPECT_EQ(ck.tensors_of(0).at(0).second.f32()[0], 10.0f);
+  EXPECT_EQ(ck.state()["note"], "test");
+  fs::remove_all(root);
+}
+
+TEST(Checkpoint, ShardsAssembleAndMalformedManifestsAreErrors) {
+  const fs::path root = fs::temp_directory_path() / ("zaya_ckpt_shard_" + std::to_string(getpid()));
+  fs::remove_all(root);
+  const std::string dir = ckpt::step_dir(root.string(), 7);
+  std::vector<float> whole(12);
+  for (int i = 0; i < 12; i++) whole[size_t(i)] = float(i) * 0.5f;
+  // Rank 0 owns elements [0, 5), rank 1 [5, 12) of a [3, 4] tensor.
+  ckpt::write_rank_part(dir, 0, {{"w", Tensor::view(DType::F32, {5}, whole.data(), nullptr), {3, 4}, 0}});
+  ckpt::write_rank_part(dir, 1, {{"w", Tensor::view(DType::F32, {7}, whole.data() + 5, nullptr), {3, 4}, 5}});
+  ckpt::commit(dir, 7, 2, nlohmann::json::object());
+  auto ck = ckpt::Checkpoint::open(dir);
+  EXPECT_EQ(ck.world(), 2);
+  std::vector<float> got(12, -1);
+  ck.assemble("w", DType::F32, {3, 4}, got.data());
+  EXPECT_EQ(got, whole);
+  EXPECT_THROW(ck.assemble("w", DType::F32, {4, 3}, got.data()), Error);
+  EXPECT_THROW(ck.assemble("missing", DType::F32, {3, 4}, got.data()), Error);
+
+  auto expect_error = [&](const std::string& manifest, const std::string& part) {
+    std::ofstream(fs::path(dir) / "manifest.json") << manifest;
+    try {
+      ckpt::Checkpoint::open(dir);
+      ADD_FAILURE() << "expected an error mentioning " << part;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+  };
+  const std::string good = test::read_text((fs::path(dir) / "manifest.json").string());
+  expect_error("{", "manifest.json");
+  expect_error("[]", "manifest");
+  expect_error(R"({"format": "zaya-train-checkpoint-1"})", "malformed manifest");
+  auto m = nlohmann::json::parse(good);
+  m["tensors"][0]["offset"] = 1u << 30;
+  expect_error(m.dump(), "outside its file");
+  m = nlohmann::json::parse(good);
+  m["files"][0]["file"] = "../etc/passwd";
+  expect_error(m.dump(), "bad data file name");
+  m = nlohmann::json::parse(good);
+  m["tensors"][1]["shape"] = {8};
+  expect_error(m.dump(), "does not match");
+  m = nlohmann::json::parse(good);
+  m["tensors"][0]["dtype"] = "F99";
+  expect_error(m.dump(), "unknown dtype");
+  fs::remove_all(root);
+}
