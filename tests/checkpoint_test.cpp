@@ -78,8 +78,9 @@ struct Fixture {
 };
 
 // Runs the zaya binary; returns its exit status (the log goes to `log`).
-int run_zaya(const std::string& env, const std::string& args, const std::string& log) {
-  const std::string cmd = env + " " + ZAYA_BINARY + " " + args + " > '" + log + "' 2>&1";
+int run_zaya(const std::string& env, const std::string& args, const std::string& log,
+             const std::string& launcher = "") {
+  const std::string cmd = env + " " + launcher + " " + ZAYA_BINARY + " " + args + " > '" + log + "' 2>&1";
   const int st = std::system(cmd.c_str());
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
@@ -105,11 +106,19 @@ struct RunResult {
   std::string final_state, final_model;
 };
 
-RunResult result_of(const fs::path& out) {
-  return {metrics_field(out / "metrics.jsonl", "loss"), metrics_field(out / "metrics.jsonl", "grad_norm"),
-          bytes_of(out / "checkpoints" / "step_00000008" / "rank_00000.bin"),
-          bytes_of(out / "model" / "model.safetensors")};
+RunResult result_of(const fs::path& out, int world = 1) {
+  RunResult r{metrics_field(out / "metrics.jsonl", "loss"), metrics_field(out / "metrics.jsonl", "grad_norm"),
+              "", bytes_of(out / "model" / "model.safetensors")};
+  for (int rank = 0; rank < world; rank++)
+    r.final_state +=
+        bytes_of(out / "checkpoints" / "step_00000008" / ("rank_0000" + std::to_string(rank) + ".bin"));
+  return r;
 }
+
+// mpirun as root in CI containers, ranks not bound, one thread each (as tests/dist_test.cpp).
+const char* kMpirun2 =
+    "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 mpirun --oversubscribe "
+    "--bind-to none -x OMP_NUM_THREADS -x ZAYA_DIST_FAULT -np 2";
 
 void expect_same(const RunResult& a, const RunResult& b) {
   ASSERT_EQ(a.losses.size(), 8u);
@@ -281,4 +290,30 @@ TEST(Checkpoint, ShardsAssembleAndMalformedManifestsAreErrors) {
   m["tensors"][0]["dtype"] = "F99";
   expect_error(m.dump(), "unknown dtype");
   fs::remove_all(root);
+}
+
+// Two ranks (ZeRO-1: each rank saves its own optimizer shards and parameter slices): 8 steps straight vs
+// 4 + a rank killed + resume to 8 at the same world size, bitwise; a single process refuses the 2-rank
+// checkpoint.
+TEST(Checkpoint, TwoRanksResumeBitExact) {
+  Fixture fx;
+  const fs::path a = fx.dir / "straight2", b = fx.dir / "killed2";
+  ASSERT_EQ(run_zaya("", "train --config " + fx.config("straight2"), (fx.dir / "a.log").string(), kMpirun2),
+            0)
+      << test::read_text((fx.dir / "a.log").string());
+  const RunResult straight = result_of(a, 2);
+  const std::string cfg_b = fx.config("killed2");
+  EXPECT_NE(run_zaya("ZAYA_DIST_FAULT=exit:1:5", "train --comm-timeout 20 --config " + cfg_b,
+                     (fx.dir / "b1.log").string(), kMpirun2),
+            0);
+  EXPECT_TRUE(fs::exists(b / "checkpoints" / "step_00000004" / "COMPLETE"));
+  EXPECT_TRUE(fs::exists(b / "checkpoints" / "step_00000004" / "rank_00001.bin"));
+  ASSERT_EQ(
+      run_zaya("", "train --config " + cfg_b + " --resume auto", (fx.dir / "b2.log").string(), kMpirun2), 0)
+      << test::read_text((fx.dir / "b2.log").string());
+  expect_same(straight, result_of(b, 2));
+
+  EXPECT_NE(run_zaya("", "train --config " + cfg_b + " --resume auto", (fx.dir / "b3.log").string()), 0);
+  EXPECT_NE(test::read_text((fx.dir / "b3.log").string()).find("saved by 2 ranks"), std::string::npos)
+      << test::read_text((fx.dir / "b3.log").string());
 }
