@@ -82,12 +82,32 @@ std::string read_text(const std::string& path) {
   return ss.str();
 }
 
+// A non-negative integer field `key` of object `j` (bounded so that sizes and offsets never overflow).
+int64_t count_field(const json& j, const char* key, const std::string& where) {
+  ZAYA_CHECK(j.is_object() && j.contains(key), where, ": field '", key, "' is missing");
+  const json& v = j[key];
+  ZAYA_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() < (int64_t(1) << 50), where,
+             ": field '", key, "' must be an integer in [0, 2^50), got ", v.dump());
+  return v.get<int64_t>();
+}
+
+std::string string_field(const json& j, const char* key, const std::string& where) {
+  ZAYA_CHECK(j.is_object() && j.contains(key) && j[key].is_string(), where, ": field '", key,
+             "' must be a string");
+  return j[key].get<std::string>();
+}
+
 Shape shape_from(const json& j, const std::string& where) {
-  ZAYA_CHECK(j.is_array(), where, ": expected a shape array");
+  ZAYA_CHECK(j.is_array() && j.size() <= 8, where, ": expected a shape array of at most 8 dimensions");
   Shape s;
+  int64_t numel = 1;
   for (const auto& d : j) {
-    ZAYA_CHECK(d.is_number_integer() && d.get<int64_t>() >= 0, where, ": bad dimension ", d.dump());
+    ZAYA_CHECK(d.is_number_integer() && d.get<int64_t>() >= 0 && d.get<int64_t>() < (int64_t(1) << 40), where,
+               ": bad dimension ", d.dump());
     s.push_back(d.get<int64_t>());
+    numel = s.back() == 0 ? 0 : numel;
+    ZAYA_CHECK(s.back() == 0 || numel <= (int64_t(1) << 44) / s.back(), where, ": shape too large");
+    numel *= s.back();
   }
   return s;
 }
@@ -173,44 +193,49 @@ Checkpoint Checkpoint::open(const std::string& dir) {
   try {
     ZAYA_CHECK(m.is_object() && m.value("format", "") == kFormat, mpath,
                ": not a checkpoint manifest of format ", kFormat);
-    c.step_ = m.at("step").get<int64_t>();
-    c.world_ = m.at("world").get<int>();
+    c.step_ = count_field(m, "step", mpath);
+    c.world_ = int(count_field(m, "world", mpath));
+    ZAYA_CHECK(c.world_ >= 1 && c.world_ < (1 << 20), mpath, ": bad world size ", c.world_);
     c.state_ = m.at("state");
     std::map<std::string, std::shared_ptr<MappedFile>> mapped;
+    ZAYA_CHECK(m.at("files").is_array() && m.at("tensors").is_array(), mpath,
+               ": 'files' and 'tensors' must be arrays");
     for (const auto& f : m.at("files")) {
-      const std::string name = f.at("file").get<std::string>();
+      const std::string name = string_field(f, "file", mpath);
       ZAYA_CHECK(name.find('/') == std::string::npos && name.find("..") == std::string::npos, mpath,
                  ": bad data file name ", name);
       const std::string path = (fs::path(dir) / name).string();
       ZAYA_CHECK(fs::exists(path), path, ": data file is missing");
       auto mf = MappedFile::open(path);
-      ZAYA_CHECK(mf->size() == f.at("size").get<uint64_t>(), path, ": size ", mf->size(),
-                 " bytes, the manifest says ", f.at("size").get<uint64_t>(), " (truncated or overwritten)");
+      const uint64_t want = uint64_t(count_field(f, "size", mpath));
+      ZAYA_CHECK(mf->size() == want, path, ": size ", mf->size(), " bytes, the manifest says ", want,
+                 " (truncated or overwritten)");
       mapped[name] = mf;
       c.files_.push_back(mf);
     }
     for (const auto& t : m.at("tensors")) {
       Entry e;
-      e.name = t.at("name").get<std::string>();
-      e.owner = t.at("owner").get<int>();
+      e.name = string_field(t, "name", mpath);
+      e.owner = int(count_field(t, "owner", mpath));
       const std::string where = str_cat(mpath, ": tensor ", e.name, " (rank ", e.owner, ")");
-      auto it = mapped.find(t.at("file").get<std::string>());
+      auto it = mapped.find(string_field(t, "file", where));
       ZAYA_CHECK(it != mapped.end(), where, ": its file is not listed in 'files'");
-      const uint64_t off = t.at("offset").get<uint64_t>(), n = t.at("nbytes").get<uint64_t>();
+      const uint64_t off = uint64_t(count_field(t, "offset", where)),
+                     n = uint64_t(count_field(t, "nbytes", where));
       ZAYA_CHECK(off <= it->second->size() && n <= it->second->size() - off, where, ": bytes [", off, ", ",
                  off + n, ") lie outside its file of ", it->second->size(), " bytes");
       DType dt;
-      ZAYA_CHECK(dtype_from_name(t.at("dtype").get<std::string>(), &dt), where, ": unknown dtype");
+      ZAYA_CHECK(dtype_from_name(string_field(t, "dtype", where), &dt), where, ": unknown dtype");
       Shape shape = shape_from(t.at("shape"), where);
       ZAYA_CHECK(uint64_t(shape_numel(shape)) * dtype_size(dt) == n, where, ": shape ", shape_str(shape),
                  " does not match its ", n, " bytes");
       const uint8_t* bytes = it->second->data() + off;
-      ZAYA_CHECK(hex64(XXH3_64bits(bytes, n)) == t.at("xxh3").get<std::string>(), where,
+      ZAYA_CHECK(hex64(XXH3_64bits(bytes, n)) == string_field(t, "xxh3", where), where,
                  ": checksum mismatch (the data file is corrupted)");
       e.data = Tensor::view(dt, shape, const_cast<uint8_t*>(bytes), it->second);
       if (t.contains("whole_shape")) {
         e.whole = shape_from(t["whole_shape"], where);
-        e.begin = t.at("begin").get<int64_t>();
+        e.begin = count_field(t, "begin", where);
       } else {
         e.begin = 0;
       }

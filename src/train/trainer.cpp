@@ -282,10 +282,14 @@ TrainSummary run_training(const TrainConfig& c, const RunOptions& run) {
       optim.load_state(opt_state, ck->dir());
       balancer.load_state(bal_state, ck->dir());
       tm.refresh_compute();
-      const auto& ls = st.at("loader");
-      loader.restore(
-          {ls.at("seed").get<uint64_t>(), ls.at("epoch").get<uint64_t>(), ls.at("position").get<uint64_t>()});
-      sum.skipped_steps = st.value("skipped_steps", int64_t(0));
+      try {
+        const auto& ls = st.at("loader");
+        loader.restore({ls.at("seed").get<uint64_t>(), ls.at("epoch").get<uint64_t>(),
+                        ls.at("position").get<uint64_t>()});
+        sum.skipped_steps = st.value("skipped_steps", int64_t(0));
+      } catch (const nlohmann::json::exception& e) {
+        throw Error(str_cat(ck->dir(), "/manifest.json: field 'state.loader' is malformed (", e.what(), ")"));
+      }
       first_step = ck->step() + 1;
       sum.steps = ck->step();
       if (root) truncate_metrics(c.out_dir + "/metrics.jsonl", first_step);
