@@ -226,11 +226,14 @@ TrainSummary run_training(const TrainConfig& c, const RunOptions& run) {
   const std::vector<int64_t> state_per_rank = comm.allgather(int64_t(optim.state_bytes()), "optimizer size");
   const size_t state_single = plan.total_state_bytes + sizeof(int64_t);  // + the step counter
 
-  const double peak = measure_gemm_peak_gflops(c.dtype);
+  // MFU is the job's: global tokens/s against the sum of every rank's measured GEMM peak (each with its
+  // threads).
+  const double peak = comm.sum_in_rank_order(measure_gemm_peak_gflops(c.dtype), "GEMM peak");
   const double flops_per_token = 3.0 * forward_flops_per_token(mc, c.seq_len);  // forward + backward
   const size_t weight_bytes = tm.weight_bytes();
   say("train: %.2f M parameters, %ld layers x %ld experts, %s GEMMs, %ld tokens/step (%ld x %ld x %ld)\n"
-      "train: weights %.1f MB + grads %.1f MB + optimizer state %.1f MB (fp32); GEMM peak %.0f GFLOP/s\n",
+      "train: weights %.1f MB + grads %.1f MB + optimizer state %.1f MB (fp32); GEMM peak %.0f GFLOP/s (all "
+      "ranks)\n",
       mc.num_params() / 1e6, long(L), long(E), c.dtype == DType::BF16 ? "bf16" : "fp32",
       long(c.tokens_per_step()), long(c.micro_batch), long(c.seq_len), long(c.grad_accum), weight_bytes / 1e6,
       weight_bytes / 1e6, optim.state_bytes() / 1e6, peak);
