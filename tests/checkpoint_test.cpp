@@ -3,15 +3,21 @@
 //      logged loss, the final parameters, optimizer and balancer state are bitwise equal;
 //   2. a truncated data file, a flipped byte and a missing completion marker are each detected and
 //      `--resume auto` falls back to the previous checkpoint (and still ends bitwise equal);
-//   3. retention keeps the newest K and every M-th step; slices assemble; malformed manifests are errors.
+//   3. retention keeps the newest K and every M-th step; slices assemble; malformed manifests are errors;
+//   4. SIGTERM mid-run: the step finishes, a checkpoint is written at it, exit 0; resuming ends bitwise
+//   equal.
 #include "ckpt/checkpoint.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "core/error.h"
 #include "data/prepare.h"
@@ -316,4 +322,55 @@ TEST(Checkpoint, TwoRanksResumeBitExact) {
   EXPECT_NE(run_zaya("", "train --config " + cfg_b + " --resume auto", (fx.dir / "b3.log").string()), 0);
   EXPECT_NE(test::read_text((fx.dir / "b3.log").string()).find("saved by 2 ranks"), std::string::npos)
       << test::read_text((fx.dir / "b3.log").string());
+}
+
+// Preemption (train/preempt.h): `zaya train` with slowed steps gets SIGTERM once two steps are logged; it
+// finishes the step it is in, writes a checkpoint at that step (not a multiple of checkpoint.every), exits 0
+// without the final model; `--resume auto` then ends bitwise as the straight run.
+TEST(Checkpoint, SigtermSavesAndExitsCleanlyThenResumesBitExact) {
+  Fixture fx;
+  const fs::path a = fx.dir / "straight", b = fx.dir / "preempted";
+  ASSERT_EQ(run_zaya("", "train --config " + fx.config("straight"), (fx.dir / "a.log").string()), 0)
+      << test::read_text((fx.dir / "a.log").string());
+  const RunResult straight = result_of(a);
+
+  const std::string cfg_b = fx.config("preempted"), log1 = (fx.dir / "b1.log").string();
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {  // the child: zaya train with 300 ms steps, its output to b1.log
+    setenv("ZAYA_SLOW_STEP_MS", "300", 1);
+    const int fd = open(log1.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    execl(ZAYA_BINARY, ZAYA_BINARY, "train", "--config", cfg_b.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  auto logged_steps = [&] { return metrics_field(b / "metrics.jsonl", "loss").size(); };
+  const auto t0 = std::chrono::steady_clock::now();
+  while (logged_steps() < 2 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20))
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_GE(logged_steps(), 2u) << test::read_text(log1);
+  kill(pid, SIGTERM);
+  int st = 0;
+  ASSERT_EQ(waitpid(pid, &st, 0), pid);
+  const std::string log = test::read_text(log1);
+  ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "status " << st << "\n" << log;
+
+  const int64_t stopped = int64_t(logged_steps());
+  ASSERT_GE(stopped, 2);
+  ASSERT_LT(stopped, 8) << "the run ended before the signal arrived\n" << log;
+  EXPECT_NE(log.find("received SIGTERM at step " + std::to_string(stopped) + ": checkpoint written, exiting"),
+            std::string::npos)
+      << log;
+  const std::string dir = ckpt::step_dir((b / "checkpoints").string(), stopped);
+  EXPECT_TRUE(fs::exists(fs::path(dir) / "COMPLETE")) << log;
+  EXPECT_EQ(ckpt::Checkpoint::open(dir).step(), stopped);
+  EXPECT_FALSE(fs::exists(b / "model")) << "a preempted run leaves the final model to the resumed run";
+
+  ASSERT_EQ(run_zaya("", "train --config " + cfg_b + " --resume auto", (fx.dir / "b2.log").string()), 0)
+      << test::read_text((fx.dir / "b2.log").string());
+  EXPECT_NE(test::read_text((fx.dir / "b2.log").string()).find("(step " + std::to_string(stopped) + ")"),
+            std::string::npos)
+      << test::read_text((fx.dir / "b2.log").string());
+  expect_same(straight, result_of(b));
 }

@@ -29,6 +29,7 @@
 #include "train/balancer.h"
 #include "train/clip.h"
 #include "train/optimizer.h"
+#include "train/preempt.h"
 #include "train/schedule.h"
 #include "train/train_model.h"
 #include "train/train_step.h"
@@ -128,6 +129,13 @@ void inject_fault(int rank, int64_t step) {
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
 }
 
+// Slow steps for the preemption test (tests/checkpoint_test.cpp): ZAYA_SLOW_STEP_MS=<ms> sleeps that long at
+// the start of every step so that a signal surely arrives mid-run.
+void inject_slow_step() {
+  static const char* ms = std::getenv("ZAYA_SLOW_STEP_MS");
+  if (ms) std::this_thread::sleep_for(std::chrono::milliseconds(std::atol(ms)));
+}
+
 // Every tensor rank `rank` saves: its shards of the master weights, its optimizer state, and on rank 0 the
 // buffers (balancing biases) and the balancer state (the same on every rank).
 std::vector<ckpt::TensorEntry> checkpoint_tensors(TrainModel& tm, const dist::ShardPlan& plan,
@@ -181,6 +189,7 @@ void truncate_metrics(const std::string& path, int64_t first_step) {
 TrainSummary run_training(const TrainConfig& c, const RunOptions& run) {
   namespace fs = std::filesystem;
   const auto t_start = clock_type::now();
+  PreemptGuard preempt_guard;  // SIGTERM / SIGINT / SIGUSR1: finish the step, checkpoint, return normally
   dist::Comm& comm = dist::Comm::world();
   const int rank = comm.rank(), world = comm.size();
   const bool root = comm.is_root();
@@ -337,9 +346,11 @@ TrainSummary run_training(const TrainConfig& c, const RunOptions& run) {
   double ema_tps = 0;
   const auto t_loop = clock_type::now();
   int64_t step = 0;
+  int stopped_by_signal = 0;  // the preemption signal that ended the loop early, 0 when it ran to the end
   for (step = first_step; step <= c.steps; step++) {
     const auto t_step = clock_type::now();
     inject_fault(rank, step);
+    inject_slow_step();
     // The step's batches (ids checked here so that a bad one names the dataset file), then the step itself.
     std::vector<data::Batch> micro_batches;
     for (int64_t micro = 0; micro < c.grad_accum; micro++) {
@@ -374,6 +385,17 @@ TrainSummary run_training(const TrainConfig& c, const RunOptions& run) {
       skip_frac += tot ? double(counts[l * (E + 1) + E]) / double(tot) / double(L) : 0;
     }
     const double mfu = tps * flops_per_token / 1e9 / peak;
+
+    // A preemption signal on any rank stops every rank after this step (mpirun may deliver it to rank 0
+    // only): the first rank's signal in rank order names it.
+    int preempted = preempt_signal();
+    if (world > 1)
+      for (int64_t sig : comm.allgather(preempted, "preemption signal"))
+        if (sig != 0) {
+          preempted = int(sig);
+          break;
+        }
+    if (step == c.steps) preempted = 0;  // the run is over anyway: finish it normally
 
     double val = NAN;
     bool last = step == c.steps || (c.max_minutes > 0 && seconds_since(t_start) > c.max_minutes * 60);
@@ -417,7 +439,14 @@ TrainSummary run_training(const TrainConfig& c, const RunOptions& run) {
     }
     sum.final_train_loss = loss;
     sum.steps = step;
-    if (c.ckpt_every > 0 && (step % c.ckpt_every == 0 || last)) save_checkpoint(step);
+    // Preempted: a checkpoint at this step even with checkpoint.every 0, so that --resume auto continues.
+    if (preempted || (c.ckpt_every > 0 && (step % c.ckpt_every == 0 || last))) save_checkpoint(step);
+    if (preempted) {
+      say("train: received %s at step %ld: checkpoint written, exiting\n", preempt_signal_name(preempted),
+          long(step));
+      stopped_by_signal = preempted;
+      break;
+    }
     if (last) break;
   }
   sum.seconds = seconds_since(t_start);
@@ -430,7 +459,9 @@ TrainSummary run_training(const TrainConfig& c, const RunOptions& run) {
         rank, 1e3 * st.exposed_s() / n, 1e3 * st.overlapped_s / n, 1e3 * st.reduce_wait_s / n,
         1e3 * st.broadcast_s / n, 1e3 * st.small_s / n);
   }
-  if (!root) {  // rank 0 writes the checkpoint, sample, plot and summary
+  // Preempted: the training checkpoint is the result; the final model, sample, plot and summary are the
+  // resumed run's (metrics.jsonl ends at the checkpoint's step, where the resumed run appends).
+  if (!root || stopped_by_signal) {  // rank 0 writes the checkpoint, sample, plot and summary
     if (g_log.file) std::fclose(g_log.file);
     g_log = {};
     return sum;
