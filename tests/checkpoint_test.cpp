@@ -5,7 +5,8 @@
 //      `--resume auto` falls back to the previous checkpoint (and still ends bitwise equal);
 //   3. retention keeps the newest K and every M-th step; slices assemble; malformed manifests are errors;
 //   4. SIGTERM mid-run: the step finishes, a checkpoint is written at it, exit 0; resuming ends bitwise
-//   equal.
+//   equal;
+//   5. `zaya export` of the last checkpoint equals the final saved model bitwise.
 #include "ckpt/checkpoint.h"
 
 #include <fcntl.h>
@@ -15,12 +16,14 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <thread>
 
 #include "core/error.h"
 #include "data/prepare.h"
+#include "model/zaya-weights.h"
 #include "test_util.h"
 #include "tokenizer/bpe_trainer.h"
 #include "tokenizer/tokenizer.h"
@@ -373,4 +376,47 @@ TEST(Checkpoint, SigtermSavesAndExitsCleanlyThenResumesBitExact) {
             std::string::npos)
       << test::read_text((fx.dir / "b2.log").string());
   expect_same(straight, result_of(b));
+}
+
+// `zaya export`: the last step's training checkpoint, exported in fp32 with small shards, holds exactly the
+// trainer's final model (every tensor bitwise, the same config.json); a directory that is not a checkpoint is
+// an error naming it.
+TEST(Checkpoint, ExportMatchesTheFinalModelBitwise) {
+  Fixture fx;
+  const fs::path run = fx.dir / "exported", hf = fx.dir / "hf";
+  ASSERT_EQ(run_zaya("", "train --config " + fx.config("exported"), (fx.dir / "a.log").string()), 0)
+      << test::read_text((fx.dir / "a.log").string());
+  const std::string step8 = (run / "checkpoints" / "step_00000008").string();
+  ASSERT_EQ(
+      run_zaya("",
+               "export --checkpoint " + step8 + " --out " + hf.string() + " --dtype fp32 --max-shard-mb 0.1",
+               (fx.dir / "e.log").string()),
+      0)
+      << test::read_text((fx.dir / "e.log").string());
+  EXPECT_TRUE(fs::exists(hf / "model.safetensors.index.json")) << "0.1 MB shards must force an index";
+  int shards = 0;
+  for (const auto& e : fs::directory_iterator(hf))
+    if (e.path().extension() == ".safetensors") shards++;
+  EXPECT_GT(shards, 1);
+  EXPECT_EQ(bytes_of(hf / "config.json"), bytes_of(run / "model" / "config.json"));
+
+  const ZayaConfig cfg = load_config((hf / "config.json").string());
+  ZayaWeights got = load_weights(hf.string(), cfg, DType::F32);
+  ZayaWeights want = load_weights((run / "model").string(), cfg, DType::F32);
+  auto gp = named_params(cfg, got), wp = named_params(cfg, want);
+  ASSERT_EQ(gp.size(), wp.size());
+  for (size_t i = 0; i < gp.size(); i++) {
+    ASSERT_EQ(gp[i].slot->nbytes(), wp[i].slot->nbytes()) << gp[i].name;
+    EXPECT_EQ(std::memcmp(gp[i].slot->data, wp[i].slot->data, gp[i].slot->nbytes()), 0) << gp[i].name;
+  }
+
+  // Not a checkpoint: a clear error naming the directory and the missing completion marker.
+  const std::string bad = (fx.dir / "corpus").string();
+  EXPECT_NE(run_zaya("", "export --checkpoint " + bad + " --out " + (fx.dir / "hf2").string(),
+                     (fx.dir / "e2.log").string()),
+            0);
+  const std::string log = test::read_text((fx.dir / "e2.log").string());
+  EXPECT_NE(log.find(bad), std::string::npos) << log;
+  EXPECT_NE(log.find("COMPLETE"), std::string::npos) << log;
+  EXPECT_FALSE(fs::exists(fx.dir / "hf2"));
 }

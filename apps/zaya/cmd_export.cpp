@@ -1,0 +1,87 @@
+// zaya export: a training checkpoint (ckpt/checkpoint.h, one step directory written by any number of ranks)
+// as a Hugging Face checkpoint directory (config.json + safetensors, sharded with an index above a size) that
+// `zaya forward`, `zaya generate` and `zaya train` (model.init_from) load.
+//
+// The model config comes from the TRAIN.json saved in the checkpoint's state (its model.config or
+// model.init_from path must still exist), or from --model-config when that file has moved. Every parameter
+// and buffer is assembled from the ranks' slices in fp32 (the trainer's master weights), then written in the
+// requested dtype: fp32 reproduces the trainer's own final `model/` directory bit for bit.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "ckpt/checkpoint.h"
+#include "command.h"
+#include "core/error.h"
+#include "model/zaya-checkpoint.h"
+#include "model/zaya-init.h"
+#include "model/zaya-weights.h"
+#include "train/train_config.h"
+
+namespace {
+
+// The model config of checkpoint `ck`: from --model-config when given, else from its saved TRAIN.json.
+zaya::ZayaConfig config_of(const zaya::ckpt::Checkpoint& ck, const std::string& model_config) {
+  if (!model_config.empty()) return zaya::load_config(model_config);
+  const nlohmann::json& st = ck.state();
+  ZAYA_CHECK(
+      st.is_object() && st.contains("train_config"), ck.dir(),
+      ": the checkpoint's state has no 'train_config' (not written by `zaya train`?); pass the model's "
+      "config.json with --model-config");
+  const nlohmann::json& tc = st["train_config"];
+  const std::string text = tc.is_string() ? tc.get<std::string>() : tc.dump();
+  try {
+    return zaya::train::parse_train_config(text, ck.dir() + "/manifest.json: state.train_config").model;
+  } catch (const zaya::Error& e) {
+    throw zaya::Error(zaya::str_cat(e.what(), " (pass the model's config.json with --model-config)"));
+  }
+}
+
+int cmd_export(int argc, char** argv) {
+  CLI::App app{"Export a training checkpoint (step directory) as a Hugging Face checkpoint directory"};
+  std::string ckpt_dir, out_dir, dtype = "bf16", model_config, tokenizer;
+  double max_shard_mb = 5000.0;
+  app.add_option("--checkpoint", ckpt_dir, "training checkpoint directory (…/checkpoints/step_NNNNNNNN)")
+      ->required();
+  app.add_option("--out", out_dir, "output HF directory (config.json + safetensors)")->required();
+  app.add_option("--dtype", dtype, "stored dtype (default bf16)")->check(CLI::IsMember({"fp32", "bf16"}));
+  app.add_option("--max-shard-mb", max_shard_mb,
+                 "shard the weights above this many MB per file (default 5000)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--model-config", model_config,
+                 "model config.json (default: the one named by the TRAIN.json saved in the checkpoint)");
+  app.add_option("--tokenizer", tokenizer, "copy this tokenizer.json into the output directory");
+  CLI11_PARSE(app, argc, argv);
+
+  const zaya::ckpt::Checkpoint ck = zaya::ckpt::Checkpoint::open(ckpt_dir);  // verifies every checksum
+  const zaya::ZayaConfig cfg = config_of(ck, model_config);
+  // The saved run shape names the parameter count: a config that does not match is caught before assembly.
+  const nlohmann::json& run = ck.state().value("run", nlohmann::json::object());
+  if (run.is_object() && run.contains("num_params") && run["num_params"].is_number_integer())
+    ZAYA_CHECK(run["num_params"].get<int64_t>() == cfg.num_params(), ck.dir(), ": saved model has ",
+               run["num_params"].get<int64_t>(), " parameters, the config gives ", cfg.num_params(),
+               " (wrong --model-config?)");
+
+  // Correctly shaped fp32 slots (qkv fused as everywhere else), every one overwritten from the checkpoint.
+  zaya::ZayaWeights w = zaya::init_weights(cfg, zaya::DType::F32, 0);
+  int64_t count = 0;
+  for (auto& np : zaya::named_params(cfg, w)) {
+    ck.assemble(np.name, zaya::DType::F32, np.shape, np.slot->data);
+    count++;
+  }
+  const zaya::DType dt = dtype == "bf16" ? zaya::DType::BF16 : zaya::DType::F32;
+  zaya::save_hf_checkpoint(out_dir, cfg, w, dt, uint64_t(max_shard_mb * 1e6));
+  if (!tokenizer.empty())
+    std::filesystem::copy_file(tokenizer, out_dir + "/tokenizer.json",
+                               std::filesystem::copy_options::overwrite_existing);
+  std::fprintf(stderr, "export: step %ld (%d rank%s): %ld tensors, %.3f M parameters in %s -> %s\n",
+               long(ck.step()), ck.world(), ck.world() == 1 ? "" : "s", long(count), cfg.num_params() / 1e6,
+               dtype.c_str(), out_dir.c_str());
+  return 0;
+}
+
+zaya::app::Register reg("export", "export a training checkpoint as a Hugging Face checkpoint directory",
+                        cmd_export);
+
+}  // namespace
