@@ -18,6 +18,7 @@
 #include "dist/zero1.h"
 #include "model/zaya.h"
 #include "test_util.h"
+#include "tiny_training_data.h"
 #include "tokenizer/bpe_trainer.h"
 #include "tokenizer/tokenizer.h"
 #include "train/optimizer.h"
@@ -165,12 +166,6 @@ TEST(Zero1Plan, OptimizerRejectsBadShards) {
 
 // ---- Real mpirun ----
 
-const char* kTinyModel =
-    R"({"model_type": "zaya", "vocab_size": 512, "hidden_size": 64, "num_hidden_layers": 2,
-  "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "moe_intermediate_size": 32,
-  "num_experts": 4, "router_hidden_size": 16, "layer_types": ["hybrid", "hybrid_sliding"], "sliding_window": 8,
-  "tie_word_embeddings": true, "eos_token_id": 1})";
-
 struct ShellRun {
   int status = -1;
   std::string output;
@@ -206,28 +201,7 @@ struct Fixture {
   fs::path dir;
   Fixture() {
     dir = fs::temp_directory_path() / ("zaya_dist_test_" + std::to_string(getpid()));
-    fs::remove_all(dir);
-    fs::create_directories(dir / "corpus");
-    const char* sentences[] = {"the cat sat on the mat. ", "a dog ran in the park. ",
-                               "the bird sang a song. ", "we read the old book. "};
-    for (int d = 0; d < 12; d++) {
-      std::ofstream f(dir / "corpus" / ("doc" + std::to_string(d) + ".txt"));
-      for (int i = 0; i < 60; i++) f << sentences[(i * 7 + d) % 4];
-    }
-    BpeTrainerOptions bo;
-    bo.vocab_size = 512;
-    BpeTrainer trainer(bo);
-    for (const auto& e : fs::directory_iterator(dir / "corpus"))
-      trainer.add_text(test::read_text(e.path().string()));
-    std::ofstream(dir / "tokenizer.json") << trainer.train();
-    Tokenizer tok = Tokenizer::load((dir / "tokenizer.json").string());
-    data::PrepareOptions po;
-    po.corpus.inputs = {(dir / "corpus").string()};
-    po.out_prefix = (dir / "data").string();
-    po.val_fraction = 0.2;
-    po.progress = false;
-    data::prepare_dataset(tok, po);
-    std::ofstream(dir / "model.json") << kTinyModel;
+    test::write_tiny_training_dir(dir, 7);
   }
   ~Fixture() { fs::remove_all(dir); }
   // TRAIN.json in `name`.json writing to `name`/; `optim` and `batch` are JSON objects.
