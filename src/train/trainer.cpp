@@ -136,6 +136,19 @@ void inject_slow_step() {
   if (ms) std::this_thread::sleep_for(std::chrono::milliseconds(std::atol(ms)));
 }
 
+// Liveness for a supervisor (`zaya launch`, src/launch/): with ZAYA_HEARTBEAT_FILE set, rank 0 rewrites that
+// file with "<step> <phase>\n" at start-up, after every step and around every checkpoint save; a supervisor
+// that sees its modification time stop advancing treats the job as hung. Rank 0 suffices: a rank that hangs
+// stops rank 0 at the next collective.
+void heartbeat(bool root, int64_t step, const char* phase) {
+  static const char* path = std::getenv("ZAYA_HEARTBEAT_FILE");
+  if (!root || !path) return;
+  std::FILE* f = std::fopen(path, "w");
+  if (!f) return;  // liveness is advisory: never stop training for it
+  std::fprintf(f, "%lld %s\n", (long long)step, phase);
+  std::fclose(f);
+}
+
 // Every tensor rank `rank` saves: its shards of the master weights, its optimizer state, and on rank 0 the
 // buffers (balancing biases) and the balancer state (the same on every rank).
 std::vector<ckpt::TensorEntry> checkpoint_tensors(TrainModel& tm, const dist::ShardPlan& plan,
@@ -308,8 +321,10 @@ TrainSummary run_training(const TrainConfig& c, const RunOptions& run) {
       say("train: resumed from %s (step %ld)\n", ck->dir().c_str(), long(ck->step()));
     }
   }
+  heartbeat(root, first_step - 1, "started");
   auto save_checkpoint = [&](int64_t at_step) {
     const std::string dir = ckpt::step_dir(c.ckpt_dir, at_step);
+    heartbeat(root, at_step, "saving");
     const auto t0 = clock_type::now();
     if (root) ckpt::remove_partial(dir);
     comm.allgather(0, "checkpoint start");
@@ -332,6 +347,7 @@ TrainSummary run_training(const TrainConfig& c, const RunOptions& run) {
                              : nlohmann::json::parse(c.text)}};
     ckpt::commit(dir, at_step, world, state);
     auto removed = ckpt::apply_retention(c.ckpt_dir, c.ckpt_keep_last, c.ckpt_keep_every);
+    heartbeat(root, at_step, "saved");
     say("train: checkpoint %s written in %.2f s%s\n", dir.c_str(), seconds_since(t0),
         removed.empty() ? "" : str_cat(" (retention removed ", removed.size(), ")").c_str());
   };
@@ -439,6 +455,7 @@ TrainSummary run_training(const TrainConfig& c, const RunOptions& run) {
     }
     sum.final_train_loss = loss;
     sum.steps = step;
+    heartbeat(root, step, "step");
     // Preempted: a checkpoint at this step even with checkpoint.every 0, so that --resume auto continues.
     if (preempted || (c.ckpt_every > 0 && (step % c.ckpt_every == 0 || last))) save_checkpoint(step);
     if (preempted) {
