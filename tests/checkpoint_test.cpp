@@ -44,7 +44,10 @@ struct Fixture {
   ~Fixture() { fs::remove_all(dir); }
 
   // A TRAIN.json for run `name` (output in dir/name, checkpoints every 4 steps), written to dir/name.json.
-  std::string config(const std::string& name) const {
+  // Saves are synchronous unless `async_saves`: an asynchronous save commits at the first step boundary
+  // after its write finished, so which checkpoints exist when a process is killed depends on timing; the
+  // tests that assert a particular one exists use synchronous saves.
+  std::string config(const std::string& name, bool async_saves = false) const {
     const std::string text = R"({"model": {"config": ")" + (dir / "model.json").string() +
                              R"(", "seed": 3},
       "data": {"train": ")" + (dir / "data.train").string() +
@@ -53,7 +56,8 @@ struct Fixture {
       "batch": {"micro_batch": 4, "seq_len": 32, "grad_accum": 2}, "steps": 8, "eval": {"every": 0, "batches": 1},
       "out": ")" + (dir / name).string() +
                              R"(", "save_dtype": "fp32", "sample": {"max_new_tokens": 0},
-      "checkpoint": {"every": 4, "keep_last": 5}})";
+      "checkpoint": {"every": 4, "keep_last": 5, "async": )" +
+                             (async_saves ? "true" : "false") + "}}";
     const std::string path = (dir / (name + ".json")).string();
     std::ofstream(path) << text;
     return path;

@@ -1,6 +1,7 @@
 // zaya train: trains a ZAYA1 model from TRAIN.json (docs/train-config.md); data parallel under mpirun / srun
 // (docs/distributed.md).
 #include <CLI/CLI.hpp>
+#include <cstdio>
 #include <exception>
 
 #include "command.h"
@@ -46,7 +47,12 @@ int cmd_train(int argc, char** argv) {
       c.optim.schedule.total_steps = steps;
     }
     if (max_minutes >= 0) c.max_minutes = max_minutes;
-    zaya::train::run_training(c, run);
+    const zaya::train::TrainSummary sum = zaya::train::run_training(c, run);
+    if (!sum.stopped.empty()) {
+      if (comm.is_root()) std::fprintf(stderr, "zaya train: stopped: %s\n", sum.stopped.c_str());
+      zaya::dist::Comm::finalize();
+      return 1;
+    }
   } catch (const std::exception& e) {
     // One rank's error (a bad file, a bad token id) ends every rank now instead of leaving them waiting.
     if (comm.active()) zaya::dist::Comm::abort(zaya::str_cat("zaya train: error: ", e.what()), 1);

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "ckpt/async_saver.h"
 #include "core/error.h"
 #include "io/mapped_file.h"
 
@@ -23,20 +24,7 @@ using json = nlohmann::json;
 
 namespace {
 
-constexpr size_t kAlign = 64;  // every tensor starts on a cache line (and any element size divides it)
 constexpr const char* kFormat = "zaya-train-checkpoint-1";
-
-std::string rank_name(int rank, const char* ext) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "rank_%05d.%s", rank, ext);
-  return buf;
-}
-
-std::string hex64(uint64_t h) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "%016llx", (unsigned long long)h);
-  return buf;
-}
 
 // An fd that is closed on scope exit; write_all / sync report errors naming the path.
 struct File {
@@ -61,12 +49,6 @@ struct File {
   }
   void sync() { ZAYA_CHECK(::fsync(fd) == 0, path, ": fsync failed (", std::strerror(errno), ")"); }
 };
-
-void write_file_synced(const std::string& path, const std::string& text) {
-  File f(path, O_WRONLY | O_CREAT | O_TRUNC);
-  f.write_all(text.data(), text.size());
-  f.sync();
-}
 
 // Makes renames and new names in `dir` durable.
 void sync_dir(const std::string& dir) {
@@ -114,6 +96,24 @@ Shape shape_from(const json& j, const std::string& where) {
 
 }  // namespace
 
+std::string rank_file_name(int rank, const char* ext) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "rank_%05d.%s", rank, ext);
+  return buf;
+}
+
+std::string xxh3_hex(const void* data, size_t n) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "%016llx", (unsigned long long)XXH3_64bits(data, n));
+  return buf;
+}
+
+void write_file_synced(const std::string& path, const std::string& text) {
+  File f(path, O_WRONLY | O_CREAT | O_TRUNC);
+  f.write_all(text.data(), text.size());
+  f.sync();
+}
+
 std::string step_dir(const std::string& root, int64_t step) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "step_%08lld", (long long)step);
@@ -127,39 +127,16 @@ void remove_partial(const std::string& dir) {
 }
 
 void write_rank_part(const std::string& dir, int rank, const std::vector<TensorEntry>& tensors) {
-  fs::create_directories(dir);
-  const std::string bin = rank_name(rank, "bin");
-  File f((fs::path(dir) / bin).string(), O_WRONLY | O_CREAT | O_TRUNC);
-  json list = json::array();
-  uint64_t offset = 0;
-  static const char zeros[kAlign] = {};
-  for (const TensorEntry& t : tensors) {
-    ZAYA_ASSERT(t.data.defined() || t.data.nbytes() == 0, "a saved tensor has data");
-    const size_t pad = (kAlign - offset % kAlign) % kAlign;
-    f.write_all(zeros, pad);
-    offset += pad;
-    const size_t n = t.data.nbytes();
-    f.write_all(t.data.data, n);
-    json e = {{"name", t.name},        {"owner", rank},
-              {"file", bin},           {"offset", offset},
-              {"nbytes", n},           {"dtype", dtype_name(t.data.dtype)},
-              {"shape", t.data.shape}, {"xxh3", hex64(XXH3_64bits(t.data.data, n))}};
-    if (!t.whole.empty()) {
-      e["whole_shape"] = t.whole;
-      e["begin"] = t.begin;
-    }
-    list.push_back(std::move(e));
-    offset += n;
-  }
-  f.sync();
-  json side = {{"file", bin}, {"size", offset}, {"tensors", list}};
-  write_file_synced((fs::path(dir) / rank_name(rank, "json")).string(), side.dump());
+  AsyncSaver saver;
+  saver.start(dir, rank, tensors);
+  const std::string err = saver.wait();
+  ZAYA_CHECK(err.empty(), err);
 }
 
 void commit(const std::string& dir, int64_t step, int world, const json& state) {
   json tensors = json::array(), files = json::array();
   for (int r = 0; r < world; r++) {
-    const std::string side_path = (fs::path(dir) / rank_name(r, "json")).string();
+    const std::string side_path = (fs::path(dir) / rank_file_name(r, "json")).string();
     json side = json::parse(read_text(side_path));
     files.push_back({{"file", side["file"]}, {"rank", r}, {"size", side["size"]}});
     for (auto& t : side["tensors"]) tensors.push_back(t);
@@ -170,7 +147,7 @@ void commit(const std::string& dir, int64_t step, int world, const json& state) 
   write_file_synced(manifest + ".tmp", m.dump(1));
   ZAYA_CHECK(std::rename((manifest + ".tmp").c_str(), manifest.c_str()) == 0, manifest, ": rename failed (",
              std::strerror(errno), ")");
-  for (int r = 0; r < world; r++) fs::remove(fs::path(dir) / rank_name(r, "json"));
+  for (int r = 0; r < world; r++) fs::remove(fs::path(dir) / rank_file_name(r, "json"));
   sync_dir(dir);
   write_file_synced((fs::path(dir) / "COMPLETE").string(), str_cat("step ", step, "\n"));
   sync_dir(dir);
@@ -230,7 +207,7 @@ Checkpoint Checkpoint::open(const std::string& dir) {
       ZAYA_CHECK(uint64_t(shape_numel(shape)) * dtype_size(dt) == n, where, ": shape ", shape_str(shape),
                  " does not match its ", n, " bytes");
       const uint8_t* bytes = it->second->data() + off;
-      ZAYA_CHECK(hex64(XXH3_64bits(bytes, n)) == string_field(t, "xxh3", where), where,
+      ZAYA_CHECK(xxh3_hex(bytes, n) == string_field(t, "xxh3", where), where,
                  ": checksum mismatch (the data file is corrupted)");
       e.data = Tensor::view(dt, shape, const_cast<uint8_t*>(bytes), it->second);
       if (t.contains("whole_shape")) {

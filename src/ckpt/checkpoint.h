@@ -34,11 +34,21 @@ struct TensorEntry {
   int64_t begin = 0;
 };
 
+// "rank_00003.bin" / "rank_00003.json": rank r's data file and the sidecar listing its tensors.
+std::string rank_file_name(int rank, const char* ext);
+
+// The 16-hex-digit xxh3-64 of `n` bytes, as the manifest stores it.
+std::string xxh3_hex(const void* data, size_t n);
+
+// Writes `text` to `path` and fsyncs it. Throws naming the path.
+void write_file_synced(const std::string& path, const std::string& text);
+
 // "<root>/step_00000042".
 std::string step_dir(const std::string& root, int64_t step);
 
-// Rank `rank`'s part of a checkpoint: writes and fsyncs <dir>/rank_<r>.bin and its sidecar listing the
-// tensors (names unique within the rank). Creates `dir`. Throws zaya::Error naming the file on I/O errors.
+// Rank `rank`'s part of a checkpoint, synchronously: writes and fsyncs <dir>/rank_<r>.bin and its sidecar
+// listing the tensors (names unique within the rank). Creates `dir`. Throws zaya::Error naming the file on
+// I/O errors. (AsyncSaver, ckpt/async_saver.h, writes the same files in the background.)
 void write_rank_part(const std::string& dir, int rank, const std::vector<TensorEntry>& tensors);
 
 // Rank 0, after every rank's write_rank_part returned: the manifest (from the sidecars of ranks 0..world-1,

@@ -18,13 +18,14 @@ const std::set<std::string>& known_keys(const std::string& section) {
   static const std::map<std::string, std::set<std::string>> keys = {
       {"",
        {"model", "data", "tokenizer", "optim", "batch", "steps", "max_minutes", "dtype", "recompute", "eval",
-        "out", "log", "save_dtype", "sample", "checkpoint", "comment"}},
+        "out", "log", "save_dtype", "sample", "checkpoint", "fault", "comment"}},
       {"model", {"config", "init_from", "seed"}},
       {"data", {"train", "val", "seed"}},
       {"batch", {"micro_batch", "seq_len", "grad_accum"}},
       {"eval", {"every", "batches"}},
       {"log", {"every"}},
-      {"checkpoint", {"every", "keep_last", "keep_every", "dir"}},
+      {"checkpoint", {"every", "keep_last", "keep_every", "dir", "async", "io_threads", "on_error"}},
+      {"fault", {"max_bad_steps", "spike_zscore", "spike_window"}},
       {"sample", {"prompt", "max_new_tokens", "temperature", "top_k"}}};
   return keys.at(section);
 }
@@ -127,6 +128,17 @@ TrainConfig parse_train_config(const std::string& text, const std::string& src) 
   c.ckpt_keep_last = ckpt.integer("keep_last", c.ckpt_keep_last, 1);
   c.ckpt_keep_every = ckpt.integer("keep_every", 0, 0);
   c.ckpt_dir = ckpt.string("dir", c.out_dir + "/checkpoints");
+  c.ckpt_async = ckpt.boolean("async", true);
+  c.ckpt_io_threads = ckpt.integer("io_threads", c.ckpt_io_threads, 1);
+  c.ckpt_on_error = ckpt.string("on_error", c.ckpt_on_error);
+  ZAYA_CHECK(c.ckpt_on_error == "continue" || c.ckpt_on_error == "stop", src,
+             ": field 'checkpoint.on_error' must be \"continue\" or \"stop\", got \"", c.ckpt_on_error, "\"");
+  Section fault = sub("fault");
+  c.max_bad_steps = fault.integer("max_bad_steps", c.max_bad_steps, 0);
+  c.spike_zscore = fault.number("spike_zscore", 0);
+  ZAYA_CHECK(c.spike_zscore == 0 || c.spike_zscore >= 1, src,
+             ": field 'fault.spike_zscore' must be 0 (off) or at least 1, got ", c.spike_zscore);
+  c.spike_window = fault.integer("spike_window", c.spike_window, 2);
   Section sample = sub("sample");
   c.sample_prompt = sample.string("prompt", c.sample_prompt);
   c.sample_tokens = sample.integer("max_new_tokens", c.sample_tokens, 0);

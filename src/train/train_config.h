@@ -49,6 +49,21 @@ struct TrainConfig {
   int64_t ckpt_keep_last = 3;   // "checkpoint.keep_last"
   int64_t ckpt_keep_every = 0;  // "checkpoint.keep_every"
   std::string ckpt_dir;         // "checkpoint.dir"
+  // Saves are asynchronous (ckpt/async_saver.h: the stall is a copy into a staging buffer as large as the
+  // rank's state) unless "checkpoint.async" is false; "checkpoint.io_threads" write streams. A save that
+  // fails (disk full, I/O error) leaves the previous checkpoint as it was; "checkpoint.on_error": "continue"
+  // (warn, try again at the next save) or "stop" (end the run cleanly, exit status 1).
+  bool ckpt_async = true;
+  int64_t ckpt_io_threads = 4;
+  std::string ckpt_on_error = "continue";
+
+  // Bad steps ("fault"): a step whose loss or gradient norm is not finite, or (with spike_zscore > 0) whose
+  // loss lies more than spike_zscore standard deviations above the mean of the previous spike_window
+  // accepted losses, applies no update. After max_bad_steps consecutive bad steps (0 = never) the run rolls
+  // back to the newest checkpoint and continues with the data after the bad batches.
+  int64_t max_bad_steps = 3;   // "fault.max_bad_steps"
+  double spike_zscore = 0;     // "fault.spike_zscore" (0 = no spike detection)
+  int64_t spike_window = 100;  // "fault.spike_window"
 
   std::string text;  // the TRAIN.json text as given (saved in every checkpoint's manifest)
 

@@ -15,7 +15,8 @@ namespace zaya::train {
 
 StepResult train_step(TrainModel& tm, Optimizer& optim, BalanceController& balancer,
                       const std::vector<data::Batch>& micro_batches, const OptimConfig& optim_cfg,
-                      int64_t step, ForwardScratch& scratch, bool recompute, dist::Zero1* dp) {
+                      int64_t step, ForwardScratch& scratch, bool recompute, dist::Zero1* dp,
+                      const std::function<const char*(double loss)>& reject) {
   ZAYA_CHECK(!micro_batches.empty(), "train step ", step, ": no micro-batch");
   ZAYA_CHECK(step >= 1, "train step ", step, ": steps are counted from 1");
   const ZayaConfig& mc = tm.master.cfg;
@@ -95,6 +96,7 @@ StepResult train_step(TrainModel& tm, Optimizer& optim, BalanceController& balan
   r.lr = lr_at(optim_cfg.schedule, optim_cfg.lr, step - 1);
   r.finite = clip.finite && std::isfinite(r.loss);
   if (!r.finite) return r;  // every rank sees the same norm and loss: all skip together
+  if (reject && (r.rejected = reject(r.loss))) return r;
   optim.step(tm.params, float(r.lr));
   if (dp) {
     small_comm([&] { comm->heartbeat(str_cat("the parameter broadcast of step ", step)); });

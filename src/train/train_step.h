@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "data/loader.h"
@@ -25,7 +26,8 @@ struct StepResult {
   bool clipped = false;  // the gradients were scaled down to optim.grad_clip
   bool finite = true;    // false: non-finite loss or gradient, no update was applied (weights, optimizer
                          // and balancer state unchanged)
-  int64_t targets = 0;   // counted targets of the step
+  const char* rejected = nullptr;  // the caller's `reject` refused the finite step (its reason): no update
+  int64_t targets = 0;             // counted targets of the step
   std::vector<int64_t> counts;  // [L, E+1] tokens routed to each expert (index E = skip), all micro-batches
                                 // (data-parallel: of every rank)
 };
@@ -38,6 +40,8 @@ struct StepResult {
 // On a finite step: optimizer update of the master weights, balancer update of the balancing biases from
 // the step's counts, compute weights refreshed. Gradients are left in tm.grads (clipped).
 // recompute: activation recomputation (ForwardOptions::recompute; bitwise the same step, less memory).
+// reject: asked with the (global) loss of a finite step before its update; a non-null reason (a loss spike)
+// skips the update exactly as a non-finite step does.
 // Data parallel (dp set, one call on every rank of dp->comm()): micro_batches are this rank's slices of the
 // step's global micro-batches (DataLoader::next_batch(B, S, rank, world)); the target count, loss, expert
 // counts and gradient norm are global (the same on every rank); `optim` holds this rank's shards
@@ -47,6 +51,6 @@ struct StepResult {
 StepResult train_step(TrainModel& tm, Optimizer& optim, BalanceController& balancer,
                       const std::vector<data::Batch>& micro_batches, const OptimConfig& optim_cfg,
                       int64_t step, ForwardScratch& scratch, bool recompute = false,
-                      dist::Zero1* dp = nullptr);
+                      dist::Zero1* dp = nullptr, const std::function<const char*(double loss)>& reject = {});
 
 }  // namespace zaya::train

@@ -9,8 +9,10 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
+#include "ckpt/async_saver.h"
 #include "ckpt/checkpoint.h"
 #include "core/error.h"
 #include "core/threads.h"
@@ -26,6 +28,7 @@
 #include "model/zaya-flops.h"
 #include "model/zaya-init.h"
 #include "tokenizer/tokenizer.h"
+#include "train/bad_steps.h"
 #include "train/balancer.h"
 #include "train/clip.h"
 #include "train/optimizer.h"
@@ -274,8 +277,47 @@ TrainSummary run_training(const TrainConfig& c, const RunOptions& run) {
         run.overlap ? "; gradient reductions started during the backward (--overlap)" : "");
   }
 
-  // Resume: weights, optimizer and balancer state, loader position, step and counters from a checkpoint.
+  // The state a checkpoint restores: weights, optimizer and balancer state, the bad-step window and
+  // counters; with `with_loader` also the data position (a rollback keeps the current one: it skips the data
+  // that led to the bad steps).
   TrainSummary sum;
+  BadStepPolicy bad_steps(c.spike_zscore, c.spike_window, c.max_bad_steps);
+  int64_t data_step = 1;  // the step's batches are the data_step-th step's worth drawn by this run (rollbacks
+                          // do not rewind it): the ZAYA_FAULT_NAN hook and the rollback log count in it
+  int64_t rollbacks = 0;
+  auto restore = [&](const ckpt::Checkpoint& ck, bool with_loader) {
+    const nlohmann::json& st = ck.state();
+    ZAYA_CHECK(ck.world() == world, ck.dir(), ": saved by ", ck.world(), " ranks, this run has ", world,
+               " (resharding is not supported yet)");
+    const nlohmann::json want = run_shape(c, world);
+    ZAYA_CHECK(st.value("run", nlohmann::json()) == want, ck.dir(), ": saved with ",
+               st.value("run", nlohmann::json()).dump(), ", this run is ", want.dump(),
+               " (batch, data seed, dtype, model and world must match to continue)");
+    ZayaWeights w = master.w;
+    for (auto& np : named_params(master.cfg, w)) ck.assemble(np.name, DType::F32, np.shape, np.slot->data);
+    std::vector<std::pair<std::string, Tensor>> opt_state, bal_state;
+    for (auto& t : ck.tensors_of(rank))
+      if (t.first.rfind("optim.", 0) == 0) opt_state.push_back(t);
+    for (auto& t : ck.tensors_of(0))
+      if (t.first.rfind("balancer.", 0) == 0) bal_state.push_back(t);
+    optim.load_state(opt_state, ck.dir());
+    balancer.load_state(bal_state, ck.dir());
+    tm.refresh_compute();
+    const std::string where = ck.dir() + "/manifest.json";
+    try {
+      if (with_loader) {
+        const auto& ls = st.at("loader");
+        loader.restore({ls.at("seed").get<uint64_t>(), ls.at("epoch").get<uint64_t>(),
+                        ls.at("position").get<uint64_t>()});
+        data_step = st.value("data_step", ck.step() + 1);
+        rollbacks = st.value("rollbacks", int64_t(0));
+      }
+      sum.skipped_steps = st.value("skipped_steps", int64_t(0));
+      if (st.contains("bad_steps")) bad_steps.load_state(st["bad_steps"], where);
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(str_cat(where, ": field 'state' is malformed (", e.what(), ")"));
+    }
+  };
   int64_t first_step = 1;
   if (!run.resume.empty()) {
     std::unique_ptr<ckpt::Checkpoint> ck;
@@ -290,31 +332,7 @@ TrainSummary run_training(const TrainConfig& c, const RunOptions& run) {
       ck = std::make_unique<ckpt::Checkpoint>(ckpt::Checkpoint::open(run.resume));
     }
     if (ck) {
-      const nlohmann::json& st = ck->state();
-      ZAYA_CHECK(ck->world() == world, ck->dir(), ": saved by ", ck->world(), " ranks, this run has ", world,
-                 " (resharding is not supported yet)");
-      const nlohmann::json want = run_shape(c, world);
-      ZAYA_CHECK(st.value("run", nlohmann::json()) == want, ck->dir(), ": saved with ",
-                 st.value("run", nlohmann::json()).dump(), ", this run is ", want.dump(),
-                 " (batch, data seed, dtype, model and world must match to continue)");
-      ZayaWeights w = master.w;
-      for (auto& np : named_params(master.cfg, w)) ck->assemble(np.name, DType::F32, np.shape, np.slot->data);
-      std::vector<std::pair<std::string, Tensor>> opt_state, bal_state;
-      for (auto& t : ck->tensors_of(rank))
-        if (t.first.rfind("optim.", 0) == 0) opt_state.push_back(t);
-      for (auto& t : ck->tensors_of(0))
-        if (t.first.rfind("balancer.", 0) == 0) bal_state.push_back(t);
-      optim.load_state(opt_state, ck->dir());
-      balancer.load_state(bal_state, ck->dir());
-      tm.refresh_compute();
-      try {
-        const auto& ls = st.at("loader");
-        loader.restore({ls.at("seed").get<uint64_t>(), ls.at("epoch").get<uint64_t>(),
-                        ls.at("position").get<uint64_t>()});
-        sum.skipped_steps = st.value("skipped_steps", int64_t(0));
-      } catch (const nlohmann::json::exception& e) {
-        throw Error(str_cat(ck->dir(), "/manifest.json: field 'state.loader' is malformed (", e.what(), ")"));
-      }
+      restore(*ck, true);
       first_step = ck->step() + 1;
       sum.steps = ck->step();
       if (root) truncate_metrics(c.out_dir + "/metrics.jsonl", first_step);
@@ -322,42 +340,162 @@ TrainSummary run_training(const TrainConfig& c, const RunOptions& run) {
     }
   }
   heartbeat(root, first_step - 1, "started");
+  std::ofstream events;  // rollbacks, skipped updates, failed saves: one JSON object per line (rank 0)
+  if (root) events.open(c.out_dir + "/events.jsonl", std::ios::app);
+  auto event = [&](nlohmann::json e) {
+    if (root) events << e.dump() << "\n" << std::flush;
+  };
+
+  // Checkpoints. A save stages this rank's state (the stall) and writes it in the background; the commit
+  // (rank 0: manifest, COMPLETE, retention) follows at the first step boundary where every rank's write has
+  // finished, decided collectively so that all ranks agree. One save in flight at most.
+  ckpt::AsyncSaveOptions save_opt;
+  save_opt.io_threads = int(c.ckpt_io_threads);
+  ckpt::AsyncSaver saver(save_opt);
+  struct PendingSave {
+    int64_t step = 0;
+    std::string dir;
+    nlohmann::json state;  // captured when staged: the loader and counters of that step
+    clock_type::time_point t0;
+    double stall_s = 0;
+    int64_t local = 0;  // this rank's write: 0 in flight, 1 written, 2 failed
+    std::string error;
+  };
+  std::optional<PendingSave> pending;
+  int64_t last_good_step = -1;  // the newest checkpoint committed by this run
+  bool stop_on_save_error = false;
+  double stall_total = 0, stall_max = 0;
+  int64_t saves = 0;
+  auto settle = [&](bool block) {
+    if (!pending) return;
+    if (pending->local == 0 && (block || saver.idle())) {
+      pending->error = saver.wait();
+      pending->local = pending->error.empty() ? 1 : 2;
+    }
+    if (!pending->error.empty() && !root)  // only rank 0 logs to stderr: other ranks say it themselves
+      std::fprintf(stderr, "zaya train: rank %d: checkpoint step %ld failed: %s\n", rank, long(pending->step),
+                   pending->error.c_str());
+    int64_t all = pending->local;  // 0 if any rank still writes, else 2 if any failed, else 1
+    if (world > 1) {
+      bool writing = false, failed = false;
+      for (int64_t s : comm.allgather(pending->local, "checkpoint write status")) {
+        writing |= s == 0;
+        failed |= s == 2;
+      }
+      all = writing ? 0 : failed ? 2 : 1;
+    }
+    if (all == 0) return;
+    const PendingSave p = std::move(*pending);
+    pending.reset();
+    if (all == 2) {
+      // The previous checkpoint is untouched; the partial directory has no manifest and is removed.
+      if (root) {
+        std::error_code ec;
+        std::filesystem::remove_all(p.dir, ec);
+      }
+      say("train: WARNING: checkpoint at step %ld failed%s%s; the newest good checkpoint is %s; %s\n",
+          long(p.step), p.error.empty() ? " on another rank" : ": ", p.error.c_str(),
+          last_good_step >= 0 ? ckpt::step_dir(c.ckpt_dir, last_good_step).c_str() : "none from this run",
+          c.ckpt_on_error == "stop" ? "stopping (checkpoint.on_error = stop)"
+                                    : "training continues (checkpoint.on_error = continue)");
+      event({{"event", "checkpoint_failed"}, {"step", p.step}, {"error", p.error}});
+      if (c.ckpt_on_error == "stop") stop_on_save_error = true;
+      return;
+    }
+    heartbeat(root, p.step, "committing");
+    if (root) {
+      ckpt::commit(p.dir, p.step, world, p.state);
+      auto removed = ckpt::apply_retention(c.ckpt_dir, c.ckpt_keep_last, c.ckpt_keep_every);
+      const ckpt::AsyncSaveStats& s = saver.last_stats();
+      say("train: checkpoint %s committed: %.1f MB per rank staged in %.3f s (the training stall), written "
+          "in "
+          "%.2f s (%.0f MB/s%s) while training went on, %.2f s from staging to commit%s\n",
+          p.dir.c_str(), s.bytes / 1e6, p.stall_s, s.write_s, s.bytes / 1e6 / std::max(s.write_s, 1e-9),
+          s.direct ? ", O_DIRECT" : ", buffered", seconds_since(p.t0),
+          removed.empty() ? "" : str_cat("; retention removed ", removed.size()).c_str());
+    }
+    last_good_step = p.step;
+    heartbeat(root, p.step, "saved");
+  };
   auto save_checkpoint = [&](int64_t at_step) {
+    settle(true);  // at most one save in flight
     const std::string dir = ckpt::step_dir(c.ckpt_dir, at_step);
     heartbeat(root, at_step, "saving");
     const auto t0 = clock_type::now();
     if (root) ckpt::remove_partial(dir);
     comm.allgather(0, "checkpoint start");
-    ckpt::write_rank_part(dir, rank, checkpoint_tensors(tm, plan, optim, balancer, rank));
-    comm.allgather(0, "checkpoint written");
-    if (!root) return;
+    PendingSave p;
+    p.step = at_step;
+    p.dir = dir;
+    p.t0 = t0;
+    saver.start(dir, rank, checkpoint_tensors(tm, plan, optim, balancer, rank));
     const data::LoaderState ls = loader.state();
-    nlohmann::json state = {
-        {"loader", {{"seed", ls.seed}, {"epoch", ls.epoch}, {"position", ls.position}}},
-        {"optimizer_steps", optim.steps_taken()},
-        {"balancer_steps", balancer.steps_taken()},
-        {"skipped_steps", sum.skipped_steps},
-        // Training draws no random numbers after the initialisation: the loader's order is a function of
-        // (seed, epoch), saved above. The final sample's sampler is seeded afresh.
-        {"rng", {{"loader_seed", ls.seed}}},
-        {"run", run_shape(c, world)},
-        {"threads", num_threads()},
-        {"train_config", nlohmann::json::parse(c.text, nullptr, false).is_discarded()
-                             ? nlohmann::json(c.text)
-                             : nlohmann::json::parse(c.text)}};
-    ckpt::commit(dir, at_step, world, state);
-    auto removed = ckpt::apply_retention(c.ckpt_dir, c.ckpt_keep_last, c.ckpt_keep_every);
-    heartbeat(root, at_step, "saved");
-    say("train: checkpoint %s written in %.2f s%s\n", dir.c_str(), seconds_since(t0),
-        removed.empty() ? "" : str_cat(" (retention removed ", removed.size(), ")").c_str());
+    p.state = {{"loader", {{"seed", ls.seed}, {"epoch", ls.epoch}, {"position", ls.position}}},
+               {"optimizer_steps", optim.steps_taken()},
+               {"balancer_steps", balancer.steps_taken()},
+               {"skipped_steps", sum.skipped_steps},
+               {"data_step", data_step},
+               {"rollbacks", rollbacks},
+               {"bad_steps", bad_steps.state()},
+               // Training draws no random numbers after the initialisation: the loader's order is a function
+               // of (seed, epoch), saved above. The final sample's sampler is seeded afresh.
+               {"rng", {{"loader_seed", ls.seed}}},
+               {"run", run_shape(c, world)},
+               {"threads", num_threads()},
+               {"train_config", nlohmann::json::parse(c.text, nullptr, false).is_discarded()
+                                    ? nlohmann::json(c.text)
+                                    : nlohmann::json::parse(c.text)}};
+    p.stall_s = seconds_since(t0);
+    stall_total += p.stall_s;
+    stall_max = std::max(stall_max, p.stall_s);
+    saves++;
+    pending = std::move(p);
+    if (!c.ckpt_async) settle(true);
   };
+  if (c.ckpt_every > 0)
+    saver.reserve(ckpt::AsyncSaver::layout_bytes(checkpoint_tensors(tm, plan, optim, balancer, rank)));
 
   std::ofstream metrics;
-  if (root) {
-    metrics.open(c.out_dir + "/metrics.jsonl",
-                 std::ios::out | (first_step > 1 ? std::ios::app : std::ios::trunc));
+  auto open_metrics = [&](bool append) {
+    if (!root) return;
+    metrics.open(c.out_dir + "/metrics.jsonl", std::ios::out | (append ? std::ios::app : std::ios::trunc));
     ZAYA_CHECK(metrics.good(), c.out_dir, "/metrics.jsonl: cannot write");
-  }
+  };
+  open_metrics(first_step > 1);
+  // Roll back after too many consecutive bad steps: the newest committed checkpoint's state, the current
+  // data position (the batches since that checkpoint are skipped). Returns the step to continue after.
+  auto roll_back = [&](int64_t at_step) -> int64_t {
+    settle(true);
+    std::vector<std::string> skipped;
+    std::unique_ptr<ckpt::Checkpoint> ck = ckpt::open_latest(c.ckpt_dir, &skipped);
+    for (const auto& why : skipped) say("train: rollback: skipping %s\n", why.c_str());
+    ZAYA_CHECK(ck, "step ", at_step, ": ", c.max_bad_steps,
+               " consecutive bad steps (non-finite or spiking loss) and no checkpoint under ", c.ckpt_dir,
+               " to roll back to (set checkpoint.every)");
+    ZAYA_CHECK(++rollbacks <= 10 * std::max<int64_t>(1, c.max_bad_steps), "step ", at_step, ": ",
+               rollbacks - 1, " rollbacks already: the run does not recover (lower the learning rate?)");
+    restore(*ck, false);
+    const int64_t back_to = ck->step();
+    say("train: step %ld: %ld consecutive bad steps: rolled back to %s (step %ld); the data continues after "
+        "this step's batches (the batches of %ld steps skipped)\n",
+        long(at_step), long(c.max_bad_steps), ck->dir().c_str(), long(back_to), long(at_step - back_to));
+    event({{"event", "rollback"},
+           {"step", at_step},
+           {"to_step", back_to},
+           {"checkpoint", ck->dir()},
+           {"skipped_data_steps", at_step - back_to}});
+    if (root) {
+      metrics.close();
+      truncate_metrics(c.out_dir + "/metrics.jsonl", back_to + 1);
+      open_metrics(true);
+    }
+    return back_to;
+  };
+  // Test hook (tests/checkpoint_test.cpp): ZAYA_FAULT_NAN=<first>-<last> makes the steps drawing the
+  // data_step-th to last-th batches report a NaN loss (as bad data would).
+  int64_t nan_first = -1, nan_last = -1;
+  if (const char* f = std::getenv("ZAYA_FAULT_NAN")) std::sscanf(f, "%ld-%ld", &nan_first, &nan_last);
+
   ForwardScratch scratch;
   double ema_tps = 0;
   const auto t_loop = clock_type::now();
@@ -375,17 +513,38 @@ TrainSummary run_training(const TrainConfig& c, const RunOptions& run) {
         ZAYA_CHECK(id >= 0 && id < mc.vocab_size, c.train_data, ": token id ", id,
                    " does not fit the model's vocabulary of ", mc.vocab_size);
     }
+    const bool inject_nan = data_step >= nan_first && data_step <= nan_last;
+    data_step++;
     const double comm_before = dp ? dp->stats().exposed_s() : 0;
-    const StepResult sr =
-        train_step(tm, optim, balancer, micro_batches, c.optim, step, scratch, c.recompute, dp.get());
+    auto reject = [&](double l) -> const char* {
+      if (inject_nan) return "non-finite loss (injected by ZAYA_FAULT_NAN)";
+      return bad_steps.is_spike(l) ? "loss spike" : nullptr;
+    };
+    StepResult sr =
+        train_step(tm, optim, balancer, micro_batches, c.optim, step, scratch, c.recompute, dp.get(), reject);
+    if (inject_nan) sr.loss = NAN;
     const double comm_s = dp ? dp->stats().exposed_s() - comm_before : 0;
     const double loss = sr.loss, lr = sr.lr;
     const std::vector<int64_t>& counts = sr.counts;
-    if (!sr.finite) {
+    const bool bad = !sr.finite || sr.rejected;
+    if (bad) {
       sum.skipped_steps++;
-      say("train: step %ld: non-finite loss or gradient, update skipped (%ld so far)\n", long(step),
-          long(sum.skipped_steps));
+      const std::string why =
+          !sr.finite ? "non-finite loss or gradient"
+          : std::isnan(sr.loss)
+              ? std::string(sr.rejected)
+              : str_cat(sr.rejected, " (z = ", bad_steps.zscore(sr.loss), " > ", c.spike_zscore, ")");
+      say("train: step %ld: %s, loss %.4f, grad norm %.3g: update skipped (%ld skipped so far, %ld in a "
+          "row)\n",
+          long(step), why.c_str(), loss, sr.grad_norm, long(sum.skipped_steps),
+          long(bad_steps.consecutive_bad() + 1));
+      event({{"event", "skipped_update"},
+             {"step", step},
+             {"reason", why},
+             {"loss", loss},
+             {"grad_norm", sr.grad_norm}});
     }
+    const bool roll = bad_steps.record(bad, loss);
     const double dt = seconds_since(t_step);
     const double tps = c.tokens_per_step() / dt;
     ema_tps = step == first_step ? tps : 0.9 * ema_tps + 0.1 * tps;
@@ -456,15 +615,34 @@ TrainSummary run_training(const TrainConfig& c, const RunOptions& run) {
     sum.final_train_loss = loss;
     sum.steps = step;
     heartbeat(root, step, "step");
+    if (roll && !preempted) {
+      step = roll_back(step);  // the loop continues with the step after the checkpoint's
+      continue;
+    }
+    settle(false);  // commits the save in flight once every rank's write finished
     // Preempted: a checkpoint at this step even with checkpoint.every 0, so that --resume auto continues.
     if (preempted || (c.ckpt_every > 0 && (step % c.ckpt_every == 0 || last))) save_checkpoint(step);
     if (preempted) {
-      say("train: received %s at step %ld: checkpoint written, exiting\n", preempt_signal_name(preempted),
-          long(step));
+      settle(true);
+      say("train: received %s at step %ld: %s, exiting\n", preempt_signal_name(preempted), long(step),
+          last_good_step == step ? "checkpoint written" : "the checkpoint FAILED (see above)");
       stopped_by_signal = preempted;
       break;
     }
-    if (last) break;
+    if (stop_on_save_error || last) break;
+  }
+  settle(true);
+  if (saves > 0)
+    say("train: %ld checkpoints: training stall %.3f s mean, %.3f s max per save\n", long(saves),
+        stall_total / double(saves), stall_max);
+  if (stop_on_save_error) {
+    sum.stopped = str_cat("a checkpoint save failed at step ", sum.steps, " (checkpoint.on_error = stop); ",
+                          last_good_step >= 0
+                              ? "the newest good checkpoint is " + ckpt::step_dir(c.ckpt_dir, last_good_step)
+                              : std::string("no checkpoint of this run completed"));
+    if (g_log.file) std::fclose(g_log.file);
+    g_log = {};
+    return sum;
   }
   sum.seconds = seconds_since(t_start);
   if (dp) {

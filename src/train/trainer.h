@@ -19,7 +19,9 @@ struct TrainSummary {
   int64_t steps = 0;
   double final_train_loss = 0, final_val_loss = 0;
   double seconds = 0;
-  int64_t skipped_steps = 0;  // non-finite gradients
+  int64_t skipped_steps = 0;  // bad steps (non-finite loss or gradient, loss spikes): no update applied
+  std::string stopped;        // non-empty: the run stopped early for this reason (a failed save with
+                              // checkpoint.on_error = stop); the caller exits non-zero
 };
 
 struct RunOptions {
