@@ -24,7 +24,8 @@ using json = nlohmann::json;
 
 namespace {
 
-constexpr const char* kFormat = "zaya-train-checkpoint-1";
+// 2: optimizer state saved as slices of whole parameter-shaped tensors (any world size loads it).
+constexpr const char* kFormat = "zaya-train-checkpoint-2";
 
 // An fd that is closed on scope exit; write_all / sync report errors naming the path.
 struct File {
@@ -239,23 +240,37 @@ bool Checkpoint::has(const std::string& name) const {
 }
 
 void Checkpoint::assemble(const std::string& name, DType dtype, const Shape& shape, void* dst) const {
-  const int64_t numel = shape_numel(shape);
+  assemble_range(name, dtype, shape, 0, shape_numel(shape), dst);
+}
+
+void Checkpoint::assemble_range(const std::string& name, DType dtype, const Shape& shape, int64_t begin,
+                                int64_t count, void* dst) const {
+  const int64_t numel = shape_numel(shape), end = begin + count;
+  ZAYA_ASSERT(0 <= begin && begin <= end && end <= numel, "the range lies inside the tensor");
   const size_t esize = dtype_size(dtype);
   int64_t covered = 0;
+  bool found = false;
   for (const Entry& e : entries_) {
     if (e.name != name) continue;
+    found = true;
     const std::string where = str_cat(dir_, ": tensor ", name, " (rank ", e.owner, ")");
     ZAYA_CHECK(e.data.dtype == dtype, where, ": dtype ", dtype_name(e.data.dtype), ", expected ",
                dtype_name(dtype));
     const Shape& whole = e.whole.empty() ? e.data.shape : e.whole;
     ZAYA_CHECK(whole == shape, where, ": shape ", shape_str(whole), ", expected ", shape_str(shape));
     ZAYA_CHECK(e.begin >= 0 && e.begin + e.data.numel() <= numel, where, ": slice outside the tensor");
-    std::memcpy(static_cast<uint8_t*>(dst) + size_t(e.begin) * esize, e.data.data, e.data.nbytes());
-    covered += e.data.numel();
+    // The overlap of the saved slice [e.begin, e.begin + n) with the wanted range.
+    const int64_t lo = std::max(begin, e.begin), hi = std::min(end, e.begin + e.data.numel());
+    if (lo >= hi) continue;
+    std::memcpy(static_cast<uint8_t*>(dst) + size_t(lo - begin) * esize,
+                static_cast<const uint8_t*>(e.data.data) + size_t(lo - e.begin) * esize,
+                size_t(hi - lo) * esize);
+    covered += hi - lo;
   }
+  ZAYA_CHECK(found, dir_, ": tensor ", name, " is not in the checkpoint");
   // Slices are disjoint by construction (one owner per element); the count catches a missing one.
-  ZAYA_CHECK(covered == numel, dir_, ": tensor ", name, ": the checkpoint holds ", covered, " of its ", numel,
-             " elements");
+  ZAYA_CHECK(covered == count, dir_, ": tensor ", name, ": the checkpoint holds ", covered, " of the ", count,
+             " elements [", begin, ", ", end, ")");
 }
 
 std::vector<CheckpointListing> list_checkpoints(const std::string& root) {

@@ -77,6 +77,12 @@ class Checkpoint {
   // Assembles tensor `name` of `dtype` and `shape` into `dst` from every entry of that name (a whole one, or
   // slices of any owners that together cover every element once). Throws naming the tensor otherwise.
   void assemble(const std::string& name, DType dtype, const Shape& shape, void* dst) const;
+  // Elements [begin, begin + count) of the flat tensor `name` (whole shape `shape`) into `dst`, from
+  // whichever saved slices overlap that range (resharding: the ranks that saved it need not be the ones
+  // loading it). Throws naming the tensor when a dtype or shape differs or some element of the range is not
+  // saved.
+  void assemble_range(const std::string& name, DType dtype, const Shape& shape, int64_t begin, int64_t count,
+                      void* dst) const;
   bool has(const std::string& name) const;
 
  private:

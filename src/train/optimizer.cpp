@@ -134,6 +134,29 @@ std::vector<std::pair<std::string, Tensor>> Optimizer::state_tensors() {
   return out;
 }
 
+std::vector<Optimizer::StateSlice> Optimizer::state_slices() {
+  static_cast<int64_t*>(step_tensor_.data)[0] = steps_;
+  std::vector<StateSlice> out;
+  out.push_back({"optim.step", step_tensor_, step_tensor_.shape, 0});
+  for (const Slot& s : slots_) {
+    for (const auto& [moment, t] : {std::pair<const char*, const Tensor*>{"exp_avg", &s.exp_avg},
+                                    {"exp_avg_sq", &s.exp_avg_sq},
+                                    {"momentum", &s.momentum}}) {
+      if (!t->defined()) continue;
+      out.push_back({str_cat("optim.", s.name, ".", moment),
+                     Tensor::view(DType::F32, {s.end - s.begin}, t->data, nullptr), s.shape, s.begin});
+    }
+  }
+  return out;
+}
+
+void Optimizer::load_state_slices(const std::function<void(const StateSlice&)>& fetch,
+                                  const std::string& what) {
+  for (const StateSlice& s : state_slices()) fetch(s);
+  steps_ = static_cast<const int64_t*>(step_tensor_.data)[0];
+  ZAYA_CHECK(steps_ >= 0, what, ": optim.step is negative (", steps_, ")");
+}
+
 void Optimizer::load_state(const std::vector<std::pair<std::string, Tensor>>& saved,
                            const std::string& what) {
   std::map<std::string, const Tensor*> by_name;

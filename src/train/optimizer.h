@@ -10,9 +10,13 @@
 // Sharded (ZeRO-1, dist/zero1.h): an optimizer built with a list of ParamShards holds state for those
 // element ranges only and updates only them; a shard that is a part of its parameter names its state
 // "optim.<param name>.<moment>@<begin>" with shape [end - begin] (a whole parameter keeps the names above).
+// state_slices() / load_state_slices() describe the same state as element ranges of whole, parameter-shaped
+// tensors named as above (no "@"): training checkpoints store it that way, so that a checkpoint saved with
+// one sharding loads into any other (resharding W ranks -> W').
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -54,6 +58,18 @@ class Optimizer {
   // Copies a saved state back. Every expected name must be present with its dtype and shape, and no other
   // name; errors name `what` (e.g. the checkpoint file) and every missing / unexpected / mis-shaped entry.
   void load_state(const std::vector<std::pair<std::string, Tensor>>& saved, const std::string& what);
+  // One range of state: elements [begin, begin + data.numel()) of the flat state tensor `name`, whose whole
+  // shape is `whole` (its parameter's); data is a flat view of the live state. "optim.step" is whole (I64).
+  struct StateSlice {
+    std::string name;
+    Tensor data;
+    Shape whole;
+    int64_t begin = 0;
+  };
+  std::vector<StateSlice> state_slices();
+  // Fills every slice this optimizer holds through `fetch(slice)` (which writes slice.data or throws), then
+  // takes the step counter from "optim.step".
+  void load_state_slices(const std::function<void(const StateSlice&)>& fetch, const std::string& what);
   // Bytes of optimizer state (moments, momentum buffers, step counter).
   size_t state_bytes() const;
 

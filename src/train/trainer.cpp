@@ -171,7 +171,14 @@ std::vector<ckpt::TensorEntry> checkpoint_tensors(TrainModel& tm, const dist::Sh
       if (np.is_buffer) out.push_back({np.name, *np.slot, {}, 0});
     for (auto& [name, t] : balancer.state_tensors()) out.push_back({name, t, {}, 0});
   }
-  for (auto& [name, t] : optim.state_tensors()) out.push_back({name, t, {}, 0});
+  // Optimizer state as slices of whole tensors (any world size can load them); the step counter is the same
+  // on every rank: rank 0 saves it.
+  for (const Optimizer::StateSlice& s : optim.state_slices()) {
+    if (s.name == "optim.step" && rank != 0) continue;
+    const bool whole = s.begin == 0 && s.data.numel() == shape_numel(s.whole);
+    out.push_back({s.name, whole ? Tensor::view(s.data.dtype, s.whole, s.data.data, nullptr) : s.data,
+                   whole ? Shape{} : s.whole, s.begin});
+  }
   return out;
 }
 
@@ -287,20 +294,26 @@ TrainSummary run_training(const TrainConfig& c, const RunOptions& run) {
   int64_t rollbacks = 0;
   auto restore = [&](const ckpt::Checkpoint& ck, bool with_loader) {
     const nlohmann::json& st = ck.state();
-    ZAYA_CHECK(ck.world() == world, ck.dir(), ": saved by ", ck.world(), " ranks, this run has ", world,
-               " (resharding is not supported yet)");
-    const nlohmann::json want = run_shape(c, world);
-    ZAYA_CHECK(st.value("run", nlohmann::json()) == want, ck.dir(), ": saved with ",
-               st.value("run", nlohmann::json()).dump(), ", this run is ", want.dump(),
-               " (batch, data seed, dtype, model and world must match to continue)");
+    // Batch sizes are global, so the data stream and the trajectory do not depend on the world size: a
+    // checkpoint of W ranks continues at W' (the slices are re-cut to this run's ZeRO-1 plan).
+    nlohmann::json want = run_shape(c, world), saved = st.value("run", nlohmann::json());
+    if (saved.is_object()) saved.erase("world");
+    want.erase("world");
+    ZAYA_CHECK(saved == want, ck.dir(), ": saved with ", saved.dump(), ", this run is ", want.dump(),
+               " (batch, data seed, dtype and model must match to continue)");
+    if (ck.world() != world)
+      say("train: resharding %s: saved by %d rank%s, loading into %d\n", ck.dir().c_str(), ck.world(),
+          ck.world() == 1 ? "" : "s", world);
     ZayaWeights w = master.w;
     for (auto& np : named_params(master.cfg, w)) ck.assemble(np.name, DType::F32, np.shape, np.slot->data);
-    std::vector<std::pair<std::string, Tensor>> opt_state, bal_state;
-    for (auto& t : ck.tensors_of(rank))
-      if (t.first.rfind("optim.", 0) == 0) opt_state.push_back(t);
+    optim.load_state_slices(
+        [&](const Optimizer::StateSlice& s) {
+          ck.assemble_range(s.name, s.data.dtype, s.whole, s.begin, s.data.numel(), s.data.data);
+        },
+        ck.dir());
+    std::vector<std::pair<std::string, Tensor>> bal_state;
     for (auto& t : ck.tensors_of(0))
       if (t.first.rfind("balancer.", 0) == 0) bal_state.push_back(t);
-    optim.load_state(opt_state, ck.dir());
     balancer.load_state(bal_state, ck.dir());
     tm.refresh_compute();
     const std::string where = ck.dir() + "/manifest.json";
