@@ -364,52 +364,125 @@ TEST(Checkpoint, ReshardingContinuesTheTrajectory) {
 // Preemption (train/preempt.h): `zaya train` with slowed steps gets SIGTERM once two steps are logged; it
 // finishes the step it is in, writes a checkpoint at that step (not a multiple of checkpoint.every), exits 0
 // without the final model; `--resume auto` then ends bitwise as the straight run.
+namespace {
+
+// Starts `zaya train --config cfg` (through `mpirun -np 2` when two_ranks) with 300 ms steps, sends `sig` to
+// the process it started (zaya, or mpirun, which passes the signal on to its ranks) once two steps are
+// logged, and checks the preemption contract: exit 0, a complete checkpoint at the step reached, no final
+// model. Returns that step.
+int64_t preempt(const Fixture& fx, const fs::path& out, const std::string& cfg, bool two_ranks, int sig) {
+  const std::string log1 = (fx.dir / (out.filename().string() + ".preempt.log")).string();
+  const pid_t pid = fork();
+  if (pid == 0) {  // the child: its output to the log
+    setenv("ZAYA_SLOW_STEP_MS", "300", 1);
+    const int fd = open(log1.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    if (two_ranks) {
+      setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+      setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+      setenv("OMP_NUM_THREADS", "1", 1);
+      execlp("mpirun", "mpirun", "--oversubscribe", "--bind-to", "none", "-x", "OMP_NUM_THREADS", "-x",
+             "ZAYA_SLOW_STEP_MS", "-np", "2", ZAYA_BINARY, "train", "--config", cfg.c_str(),
+             static_cast<char*>(nullptr));
+    } else {
+      execl(ZAYA_BINARY, ZAYA_BINARY, "train", "--config", cfg.c_str(), static_cast<char*>(nullptr));
+    }
+    _exit(127);
+  }
+  EXPECT_GE(pid, 0);
+  auto logged_steps = [&] { return metrics_field(out / "metrics.jsonl", "loss").size(); };
+  const auto t0 = std::chrono::steady_clock::now();
+  while (logged_steps() < 2 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(30))
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_GE(logged_steps(), 2u) << test::read_text(log1);
+  kill(pid, sig);
+  int st = 0;
+  EXPECT_EQ(waitpid(pid, &st, 0), pid);
+  const std::string log = test::read_text(log1);
+  if (two_ranks) {
+    // Open MPI's mpirun exits 1 after it passed a SIGTERM on, whatever the ranks did; it reports a rank that
+    // ended abnormally, and none may.
+    EXPECT_TRUE(WIFEXITED(st)) << "status " << st << "\n" << log;
+    EXPECT_EQ(log.find("exited on signal"), std::string::npos) << log;
+    EXPECT_EQ(log.find("non-zero status"), std::string::npos) << log;
+  } else {
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "status " << st << "\n" << log;
+  }
+  const int64_t stopped = int64_t(logged_steps());
+  EXPECT_GE(stopped, 2);
+  EXPECT_LT(stopped, 8) << "the run ended before the signal arrived\n" << log;
+  EXPECT_NE(log.find(str_cat("received ", sig == SIGTERM ? "SIGTERM" : "SIGUSR1", " at step ", stopped,
+                             ": checkpoint written, exiting")),
+            std::string::npos)
+      << log;
+  const std::string dir = ckpt::step_dir((out / "checkpoints").string(), stopped);
+  EXPECT_TRUE(fs::exists(fs::path(dir) / "COMPLETE")) << log;
+  EXPECT_EQ(ckpt::Checkpoint::open(dir).step(), stopped);
+  EXPECT_FALSE(fs::exists(out / "model")) << "a preempted run leaves the final model to the resumed run";
+  return stopped;
+}
+
+}  // namespace
+
+// Preemption (train/preempt.h): `zaya train` gets SIGTERM mid-run; it finishes the step it is in, writes a
+// checkpoint at that step (not a multiple of checkpoint.every), exits 0 without the final model;
+// `--resume auto` then ends bitwise as the straight run.
 TEST(Checkpoint, SigtermSavesAndExitsCleanlyThenResumesBitExact) {
   Fixture fx;
   const fs::path a = fx.dir / "straight", b = fx.dir / "preempted";
   ASSERT_EQ(run_zaya("", "train --config " + fx.config("straight"), (fx.dir / "a.log").string()), 0)
       << test::read_text((fx.dir / "a.log").string());
   const RunResult straight = result_of(a);
-
-  const std::string cfg_b = fx.config("preempted"), log1 = (fx.dir / "b1.log").string();
-  const pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {  // the child: zaya train with 300 ms steps, its output to b1.log
-    setenv("ZAYA_SLOW_STEP_MS", "300", 1);
-    const int fd = open(log1.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    execl(ZAYA_BINARY, ZAYA_BINARY, "train", "--config", cfg_b.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  auto logged_steps = [&] { return metrics_field(b / "metrics.jsonl", "loss").size(); };
-  const auto t0 = std::chrono::steady_clock::now();
-  while (logged_steps() < 2 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20))
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  ASSERT_GE(logged_steps(), 2u) << test::read_text(log1);
-  kill(pid, SIGTERM);
-  int st = 0;
-  ASSERT_EQ(waitpid(pid, &st, 0), pid);
-  const std::string log = test::read_text(log1);
-  ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "status " << st << "\n" << log;
-
-  const int64_t stopped = int64_t(logged_steps());
-  ASSERT_GE(stopped, 2);
-  ASSERT_LT(stopped, 8) << "the run ended before the signal arrived\n" << log;
-  EXPECT_NE(log.find("received SIGTERM at step " + std::to_string(stopped) + ": checkpoint written, exiting"),
-            std::string::npos)
-      << log;
-  const std::string dir = ckpt::step_dir((b / "checkpoints").string(), stopped);
-  EXPECT_TRUE(fs::exists(fs::path(dir) / "COMPLETE")) << log;
-  EXPECT_EQ(ckpt::Checkpoint::open(dir).step(), stopped);
-  EXPECT_FALSE(fs::exists(b / "model")) << "a preempted run leaves the final model to the resumed run";
-
+  const std::string cfg_b = fx.config("preempted", true);
+  const int64_t stopped = preempt(fx, b, cfg_b, false, SIGTERM);
   ASSERT_EQ(run_zaya("", "train --config " + cfg_b + " --resume auto", (fx.dir / "b2.log").string()), 0)
       << test::read_text((fx.dir / "b2.log").string());
   EXPECT_NE(test::read_text((fx.dir / "b2.log").string()).find("(step " + std::to_string(stopped) + ")"),
             std::string::npos)
       << test::read_text((fx.dir / "b2.log").string());
   expect_same(straight, result_of(b));
+}
+
+// The same under `mpirun -np 2`: SIGTERM to mpirun (what a scheduler sends) reaches both ranks, which agree
+// on the step to stop at, save their shards and exit 0; two ranks resume bitwise.
+TEST(Checkpoint, SigtermUnderMpirunSavesEveryRankThenResumesBitExact) {
+  Fixture fx;
+  const fs::path a = fx.dir / "straight2", b = fx.dir / "preempted2";
+  ASSERT_EQ(run_zaya("", "train --config " + fx.config("straight2"), (fx.dir / "a.log").string(), kMpirun2),
+            0)
+      << test::read_text((fx.dir / "a.log").string());
+  const RunResult straight = result_of(a, 2);
+  const std::string cfg_b = fx.config("preempted2", true);
+  const int64_t stopped = preempt(fx, b, cfg_b, true, SIGTERM);
+  EXPECT_TRUE(fs::exists(fs::path(ckpt::step_dir((b / "checkpoints").string(), stopped)) / "rank_00001.bin"));
+  ASSERT_EQ(
+      run_zaya("", "train --config " + cfg_b + " --resume auto", (fx.dir / "b2.log").string(), kMpirun2), 0)
+      << test::read_text((fx.dir / "b2.log").string());
+  expect_same(straight, result_of(b, 2));
+}
+
+// Asynchronous saves change nothing but timing: the same losses and bytes as synchronous ones, and a process
+// killed while saves are in flight (with 100 ms steps, at step 7) resumes from whichever checkpoint was
+// committed and ends bitwise as the straight run.
+TEST(Checkpoint, AsyncSavesAreBitExactAndSurviveAKill) {
+  Fixture fx;
+  const fs::path a = fx.dir / "sync", b = fx.dir / "async", k = fx.dir / "killed";
+  ASSERT_EQ(run_zaya("", "train --config " + fx.config("sync"), (fx.dir / "a.log").string()), 0);
+  ASSERT_EQ(run_zaya("", "train --config " + fx.config("async", true), (fx.dir / "b.log").string()), 0)
+      << test::read_text((fx.dir / "b.log").string());
+  const RunResult sync = result_of(a);
+  expect_same(sync, result_of(b));
+  const std::string log_b = test::read_text((fx.dir / "b.log").string());
+  EXPECT_NE(log_b.find("committed"), std::string::npos) << log_b;
+  EXPECT_NE(log_b.find("training stall"), std::string::npos) << log_b;
+  const std::string cfg_k = fx.config("killed", true);
+  EXPECT_EQ(run_zaya("ZAYA_SLOW_STEP_MS=100 ZAYA_DIST_FAULT=exit:0:7", "train --config " + cfg_k,
+                     (fx.dir / "k1.log").string()),
+            9);
+  ASSERT_EQ(run_zaya("", "train --config " + cfg_k + " --resume auto", (fx.dir / "k2.log").string()), 0)
+      << test::read_text((fx.dir / "k2.log").string());
+  expect_same(sync, result_of(k));
 }
 
 // `zaya export`: the last step's training checkpoint, exported in fp32 with small shards, holds exactly the
