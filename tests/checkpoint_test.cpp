@@ -47,7 +47,8 @@ struct Fixture {
   // Saves are synchronous unless `async_saves`: an asynchronous save commits at the first step boundary
   // after its write finished, so which checkpoints exist when a process is killed depends on timing; the
   // tests that assert a particular one exists use synchronous saves.
-  std::string config(const std::string& name, bool async_saves = false) const {
+  std::string config(const std::string& name, bool async_saves = false,
+                     const std::string& checkpoint_extra = "", const std::string& top_extra = "") const {
     const std::string text = R"({"model": {"config": ")" + (dir / "model.json").string() +
                              R"(", "seed": 3},
       "data": {"train": ")" + (dir / "data.train").string() +
@@ -57,7 +58,7 @@ struct Fixture {
       "out": ")" + (dir / name).string() +
                              R"(", "save_dtype": "fp32", "sample": {"max_new_tokens": 0},
       "checkpoint": {"every": 4, "keep_last": 5, "async": )" +
-                             (async_saves ? "true" : "false") + "}}";
+                             (async_saves ? "true" : "false") + checkpoint_extra + "}" + top_extra + "}";
     const std::string path = (dir / (name + ".json")).string();
     std::ofstream(path) << text;
     return path;
@@ -526,4 +527,139 @@ TEST(Checkpoint, ExportMatchesTheFinalModelBitwise) {
   EXPECT_NE(log.find(bad), std::string::npos) << log;
   EXPECT_NE(log.find("COMPLETE"), std::string::npos) << log;
   EXPECT_FALSE(fs::exists(fx.dir / "hf2"));
+}
+
+namespace {
+
+nlohmann::json read_json(const fs::path& p) {
+  return nlohmann::json::parse(test::read_text(p.string()));
+}
+
+// The "step" of every metrics row, in file order.
+std::vector<int64_t> metric_steps(const fs::path& out) {
+  std::vector<int64_t> steps;
+  std::ifstream f(out / "metrics.jsonl");
+  std::string line;
+  while (std::getline(f, line)) steps.push_back(nlohmann::json::parse(line)["step"].get<int64_t>());
+  return steps;
+}
+
+}  // namespace
+
+// Bad steps (train/bad_steps.h): NaN losses on the batches of data steps 6-7 (ZAYA_FAULT_NAN) with
+// fault.max_bad_steps 3: both updates are skipped and training goes on. On data steps 6-8: the third bad step
+// rolls back to the newest checkpoint (step 4), the data continues after the bad batches, and the run ends
+// its 8 steps with finite losses; the rollback is logged, in events.jsonl and in the checkpoints' state.
+TEST(Checkpoint, NanStepsAreSkippedThenRolledBack) {
+  Fixture fx;
+  const fs::path a = fx.dir / "straight", s = fx.dir / "skip", r = fx.dir / "rollback";
+  ASSERT_EQ(run_zaya("", "train --config " + fx.config("straight"), (fx.dir / "a.log").string()), 0);
+  const std::vector<std::string> straight = metrics_field(a / "metrics.jsonl", "loss");
+  const std::string fault = R"(, "fault": {"max_bad_steps": 3})";
+
+  ASSERT_EQ(run_zaya("ZAYA_FAULT_NAN=6-7", "train --config " + fx.config("skip", false, "", fault),
+                     (fx.dir / "s.log").string()),
+            0)
+      << test::read_text((fx.dir / "s.log").string());
+  const std::string log_s = test::read_text((fx.dir / "s.log").string());
+  EXPECT_NE(log_s.find("step 6: non-finite loss (injected by ZAYA_FAULT_NAN)"), std::string::npos) << log_s;
+  EXPECT_NE(log_s.find("update skipped (2 skipped so far, 2 in a row)"), std::string::npos) << log_s;
+  EXPECT_EQ(log_s.find("rolled back"), std::string::npos) << log_s;
+  EXPECT_EQ(read_json(s / "summary.json")["skipped_steps"], 2);
+  const std::vector<std::string> skip = metrics_field(s / "metrics.jsonl", "loss");
+  ASSERT_EQ(skip.size(), 8u);
+  for (size_t i = 0; i < 5; i++) EXPECT_EQ(skip[i], straight[i]) << "steps before the bad ones are untouched";
+  EXPECT_EQ(skip[5], "6:null");
+
+  ASSERT_EQ(run_zaya("ZAYA_FAULT_NAN=6-8", "train --config " + fx.config("rollback", false, "", fault),
+                     (fx.dir / "r.log").string()),
+            0)
+      << test::read_text((fx.dir / "r.log").string());
+  const std::string log_r = test::read_text((fx.dir / "r.log").string());
+  EXPECT_NE(log_r.find("step 8: 3 consecutive bad steps: rolled back to " +
+                       ckpt::step_dir((r / "checkpoints").string(), 4) + " (step 4)"),
+            std::string::npos)
+      << log_r;
+  EXPECT_EQ(metric_steps(r), (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8}))
+      << "rows after the rollback point "
+         "are replaced";
+  const std::vector<std::string> rolled = metrics_field(r / "metrics.jsonl", "loss");
+  for (size_t i = 0; i < 4; i++) EXPECT_EQ(rolled[i], straight[i]);
+  for (size_t i = 4; i < 8; i++) {
+    EXPECT_EQ(rolled[i].find("null"), std::string::npos) << rolled[i];
+    EXPECT_NE(rolled[i], straight[i]) << "steps 5-8 now see the data after the bad batches";
+  }
+  const nlohmann::json ev = nlohmann::json::parse(
+      test::read_text((r / "events.jsonl").string())
+          .substr(test::read_text((r / "events.jsonl").string()).rfind("{\"checkpoint\"")));
+  EXPECT_EQ(ev["event"], "rollback");
+  EXPECT_EQ(ev["to_step"], 4);
+  EXPECT_EQ(ev["skipped_data_steps"], 4);
+  EXPECT_EQ(read_json(r / "summary.json")["skipped_steps"], 3);
+  const nlohmann::json st = ckpt::Checkpoint::open(ckpt::step_dir((r / "checkpoints").string(), 8)).state();
+  EXPECT_EQ(st["data_step"], 13) << "12 steps' batches drawn: the resumed run continues after them";
+  EXPECT_EQ(st["rollbacks"], 1);
+}
+
+// A save that fails (here: the per-process file-size limit, EFBIG, which needs no privileges; the real full
+// file system is the next test) leaves no loadable checkpoint behind and, with checkpoint.on_error
+// "continue", training goes on with a warning to the end; with "stop" the run ends at the failed save with
+// exit status 1 and a message naming the newest good checkpoint.
+TEST(Checkpoint, FailedSavesWarnOrStopCleanly) {
+  Fixture fx;
+  const fs::path c = fx.dir / "cont", s = fx.dir / "stop";
+  // 1000 KiB: metrics and the final model fit, a 1.2 MB checkpoint data file does not.
+  const std::string limit = "trap '' XFSZ; ulimit -f 1000; ";
+  ASSERT_EQ(run_zaya(limit, "train --config " + fx.config("cont", true), (fx.dir / "c.log").string()), 0)
+      << test::read_text((fx.dir / "c.log").string());
+  const std::string log_c = test::read_text((fx.dir / "c.log").string());
+  EXPECT_NE(log_c.find("WARNING: checkpoint at step 4 failed: "), std::string::npos) << log_c;
+  EXPECT_NE(log_c.find("File too large"), std::string::npos) << log_c;
+  EXPECT_NE(log_c.find("training continues"), std::string::npos) << log_c;
+  EXPECT_TRUE(fs::exists(c / "model" / "model.safetensors"));
+  EXPECT_TRUE(ckpt::list_checkpoints((c / "checkpoints").string()).empty()) << "failed saves are removed";
+  ASSERT_EQ(run_zaya(limit, "train --config " + fx.config("stop", true, R"(, "on_error": "stop")"),
+                     (fx.dir / "s.log").string()),
+            1);
+  const std::string log_s = test::read_text((fx.dir / "s.log").string());
+  EXPECT_NE(log_s.find("stopped: the checkpoint save of step 4 failed (checkpoint.on_error = stop"),
+            std::string::npos)
+      << log_s;
+  EXPECT_NE(log_s.find("no checkpoint of this run completed"), std::string::npos) << log_s;
+  // Asynchronous: the failure is known at the first step boundary after the write ended.
+  EXPECT_GE(metric_steps(s).size(), 4u);
+  EXPECT_LT(metric_steps(s).size(), 8u);
+}
+
+// A real full file system: checkpoints go to a 1.8 MB tmpfs that holds step 4's checkpoint but not also step
+// 8's. The failed save at step 8 leaves step 4 intact and verifiable, training ends normally, and
+// `--resume auto` later picks step 4. Needs mount privileges (root in a container with CAP_SYS_ADMIN):
+// skipped otherwise, the test above covers the error path.
+TEST(Checkpoint, FullDiskKeepsThePreviousCheckpoint) {
+  Fixture fx;
+  const fs::path mnt = fx.dir / "small_fs";
+  fs::create_directories(mnt);
+  if (std::system(("mount -t tmpfs -o size=1800k tmpfs '" + mnt.string() + "' 2>/dev/null").c_str()) != 0)
+    GTEST_SKIP() << "cannot mount a tmpfs here (needs privileges)";
+  struct Unmount {
+    std::string p;
+    ~Unmount() { (void)std::system(("umount '" + p + "'").c_str()); }
+  } unmount{mnt.string()};
+  const std::string extra = R"(, "dir": ")" + (mnt / "ck").string() + R"(")";
+  const std::string cfg = fx.config("full", true, extra);
+  ASSERT_EQ(run_zaya("", "train --config " + cfg, (fx.dir / "f.log").string()), 0)
+      << test::read_text((fx.dir / "f.log").string());
+  const std::string log = test::read_text((fx.dir / "f.log").string());
+  EXPECT_NE(log.find("WARNING: checkpoint at step 8 failed: "), std::string::npos) << log;
+  EXPECT_NE(log.find("No space left on device"), std::string::npos) << log;
+  EXPECT_NE(log.find("the newest good checkpoint is " + ckpt::step_dir((mnt / "ck").string(), 4)),
+            std::string::npos)
+      << log;
+  auto listing = ckpt::list_checkpoints((mnt / "ck").string());
+  ASSERT_EQ(listing.size(), 1u);
+  EXPECT_EQ(ckpt::Checkpoint::open(listing[0].dir).step(), 4);
+  ASSERT_EQ(run_zaya("", "train --config " + cfg + " --resume auto --steps 5", (fx.dir / "g.log").string()),
+            0)
+      << test::read_text((fx.dir / "g.log").string());
+  EXPECT_NE(test::read_text((fx.dir / "g.log").string()).find("(step 4)"), std::string::npos);
 }

@@ -324,8 +324,8 @@ TrainSummary run_training(const TrainConfig& c, const RunOptions& run) {
                         ls.at("position").get<uint64_t>()});
         data_step = st.value("data_step", ck.step() + 1);
         rollbacks = st.value("rollbacks", int64_t(0));
+        sum.skipped_steps = st.value("skipped_steps", int64_t(0));  // a rollback keeps the run's count
       }
-      sum.skipped_steps = st.value("skipped_steps", int64_t(0));
       if (st.contains("bad_steps")) bad_steps.load_state(st["bad_steps"], where);
     } catch (const nlohmann::json::exception& e) {
       throw Error(str_cat(where, ": field 'state' is malformed (", e.what(), ")"));
@@ -375,8 +375,8 @@ TrainSummary run_training(const TrainConfig& c, const RunOptions& run) {
     std::string error;
   };
   std::optional<PendingSave> pending;
-  int64_t last_good_step = -1;  // the newest checkpoint committed by this run
-  bool stop_on_save_error = false;
+  int64_t last_good_step = -1;    // the newest checkpoint committed by this run
+  int64_t failed_save_step = -1;  // with checkpoint.on_error = stop: the save that failed, which ends the run
   double stall_total = 0, stall_max = 0;
   int64_t saves = 0;
   auto settle = [&](bool block) {
@@ -412,7 +412,7 @@ TrainSummary run_training(const TrainConfig& c, const RunOptions& run) {
           c.ckpt_on_error == "stop" ? "stopping (checkpoint.on_error = stop)"
                                     : "training continues (checkpoint.on_error = continue)");
       event({{"event", "checkpoint_failed"}, {"step", p.step}, {"error", p.error}});
-      if (c.ckpt_on_error == "stop") stop_on_save_error = true;
+      if (c.ckpt_on_error == "stop") failed_save_step = p.step;
       return;
     }
     heartbeat(root, p.step, "committing");
@@ -642,14 +642,15 @@ TrainSummary run_training(const TrainConfig& c, const RunOptions& run) {
       stopped_by_signal = preempted;
       break;
     }
-    if (stop_on_save_error || last) break;
+    if (failed_save_step >= 0 || last) break;
   }
   settle(true);
   if (saves > 0)
     say("train: %ld checkpoints: training stall %.3f s mean, %.3f s max per save\n", long(saves),
         stall_total / double(saves), stall_max);
-  if (stop_on_save_error) {
-    sum.stopped = str_cat("a checkpoint save failed at step ", sum.steps, " (checkpoint.on_error = stop); ",
+  if (failed_save_step >= 0) {
+    sum.stopped = str_cat("the checkpoint save of step ", failed_save_step,
+                          " failed (checkpoint.on_error = stop; ", "stopped after step ", sum.steps, "); ",
                           last_good_step >= 0
                               ? "the newest good checkpoint is " + ckpt::step_dir(c.ckpt_dir, last_good_step)
                               : std::string("no checkpoint of this run completed"));
