@@ -518,6 +518,19 @@ TEST(Checkpoint, ExportMatchesTheFinalModelBitwise) {
     EXPECT_EQ(std::memcmp(gp[i].slot->data, wp[i].slot->data, gp[i].slot->nbytes()), 0) << gp[i].name;
   }
 
+  // `zaya forward` on the export gives the trainer's final model's logits, byte for byte.
+  std::ofstream(fx.dir / "inputs.json") << R"({"input_ids": [[1, 5, 9, 2, 7, 3], [4, 4, 8, 1, 0, 6]]})";
+  for (const auto& [model, out] : {std::pair<fs::path, std::string>{hf, "export"}, {run / "model", "final"}})
+    ASSERT_EQ(run_zaya("",
+                       "forward --model " + model.string() + " --input " + (fx.dir / "inputs.json").string() +
+                           " --output " + (fx.dir / (out + ".safetensors")).string(),
+                       (fx.dir / (out + ".log")).string()),
+              0)
+        << test::read_text((fx.dir / (out + ".log")).string());
+  const std::string logits = bytes_of(fx.dir / "export.safetensors");
+  EXPECT_GT(logits.size(), 2u * 6 * 4 * size_t(cfg.vocab_size));
+  EXPECT_TRUE(logits == bytes_of(fx.dir / "final.safetensors")) << "zaya forward output differs";
+
   // Not a checkpoint: a clear error naming the directory and the missing completion marker.
   const std::string bad = (fx.dir / "corpus").string();
   EXPECT_NE(run_zaya("", "export --checkpoint " + bad + " --out " + (fx.dir / "hf2").string(),
