@@ -60,36 +60,11 @@ trap cleanup EXIT
 log() { echo "chaos: $*" >&2; }
 now_ms() { date +%s%3N; }
 
-# ---- the tiny run: corpus -> tokenizer -> shards -> model + TRAIN.json (as tests/tiny_training_data.h) ----
-mkdir -p "$W/corpus"
-SENT=("the cat sat on the mat. " "a dog ran in the park. " "the bird sang a song. " "we read the old book. ")
-for d in $(seq 0 11); do
-  text=""
-  for i in $(seq 0 59); do text+="${SENT[$(((i * 7 + d) % 4))]}"; done
-  printf '%s' "$text" > "$W/corpus/doc$d.txt"
-done
-"$ZAYA" tokenizer train --input "$W/corpus" --vocab-size 512 --out "$W/tokenizer.json" > "$W/setup.log" 2>&1
-"$ZAYA" data prepare --input "$W/corpus" --tokenizer "$W/tokenizer.json" --out "$W/data" --val-fraction 0.2 \
-  --no-progress >> "$W/setup.log" 2>&1
-cat > "$W/model.json" <<'EOF'
-{"model_type": "zaya", "vocab_size": 512, "hidden_size": 64, "num_hidden_layers": 2,
- "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "moe_intermediate_size": 32,
- "num_experts": 4, "router_hidden_size": 16, "layer_types": ["hybrid", "hybrid_sliding"], "sliding_window": 8,
- "tie_word_embeddings": true, "eos_token_id": 1}
-EOF
-# keep_last large: every checkpoint stays, so that each one ever loaded can be re-verified at the end.
-write_config() {  # NAME
-  cat > "$W/$1.json" <<EOF
-{"model": {"config": "$W/model.json", "seed": 3},
- "data": {"train": "$W/data.train", "val": "$W/data.val"},
- "optim": {"lr": 0.01, "schedule": {"kind": "cosine", "warmup_steps": 2}, "balancer": {"rule": "rprop"}},
- "batch": {"micro_batch": 2, "seq_len": 32, "grad_accum": 2}, "steps": $STEPS, "eval": {"every": 0, "batches": 1},
- "out": "$W/$1", "save_dtype": "fp32", "sample": {"max_new_tokens": 0},
- "checkpoint": {"every": $EVERY, "keep_last": 100000}}
-EOF
-}
-write_config reference
-write_config chaos
+# ---- the tiny run (as tests/tiny_training_data.h) ----
+. "$(dirname "$0")/tiny_run.sh"
+tiny_setup "$ZAYA" "$W"
+tiny_config "$W" reference "$STEPS" "$EVERY"
+tiny_config "$W" chaos "$STEPS" "$EVERY"
 
 TRAIN_PREFIX=()
 if [ "$NP" -gt 1 ]; then
