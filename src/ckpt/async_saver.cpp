@@ -1,6 +1,7 @@
 #include "ckpt/async_saver.h"
 
 #include <fcntl.h>
+#include <immintrin.h>
 #include <sys/mman.h>
 #include <unistd.h>
 

@@ -15,7 +15,7 @@
 
 #include "ckpt/async_saver.h"
 #include "core/error.h"
-#include "io/mapped_file.h"
+#include "io/direct_read.h"
 
 namespace zaya::ckpt {
 
@@ -175,7 +175,7 @@ Checkpoint Checkpoint::open(const std::string& dir) {
     c.world_ = int(count_field(m, "world", mpath));
     ZAYA_CHECK(c.world_ >= 1 && c.world_ < (1 << 20), mpath, ": bad world size ", c.world_);
     c.state_ = m.at("state");
-    std::map<std::string, std::shared_ptr<MappedFile>> mapped;
+    std::map<std::string, FileBytes> files;
     ZAYA_CHECK(m.at("files").is_array() && m.at("tensors").is_array(), mpath,
                ": 'files' and 'tensors' must be arrays");
     for (const auto& f : m.at("files")) {
@@ -184,33 +184,35 @@ Checkpoint Checkpoint::open(const std::string& dir) {
                  ": bad data file name ", name);
       const std::string path = (fs::path(dir) / name).string();
       ZAYA_CHECK(fs::exists(path), path, ": data file is missing");
-      auto mf = MappedFile::open(path);
       const uint64_t want = uint64_t(count_field(f, "size", mpath));
-      ZAYA_CHECK(mf->size() == want, path, ": size ", mf->size(), " bytes, the manifest says ", want,
+      ZAYA_CHECK(fs::file_size(path) == want, path, ": size ", fs::file_size(path),
+                 " bytes, the manifest says ", want, " (truncated or overwritten)");
+      FileBytes fb = read_file_direct(path);
+      ZAYA_CHECK(fb.size == want, path, ": size ", fb.size, " bytes, the manifest says ", want,
                  " (truncated or overwritten)");
-      mapped[name] = mf;
-      c.files_.push_back(mf);
+      c.bytes_read_ += fb.size;
+      c.files_.push_back(fb.data);
+      files[name] = std::move(fb);
     }
+    std::vector<std::string> want_xxh3;
     for (const auto& t : m.at("tensors")) {
       Entry e;
       e.name = string_field(t, "name", mpath);
       e.owner = int(count_field(t, "owner", mpath));
       const std::string where = str_cat(mpath, ": tensor ", e.name, " (rank ", e.owner, ")");
-      auto it = mapped.find(string_field(t, "file", where));
-      ZAYA_CHECK(it != mapped.end(), where, ": its file is not listed in 'files'");
+      auto it = files.find(string_field(t, "file", where));
+      ZAYA_CHECK(it != files.end(), where, ": its file is not listed in 'files'");
       const uint64_t off = uint64_t(count_field(t, "offset", where)),
                      n = uint64_t(count_field(t, "nbytes", where));
-      ZAYA_CHECK(off <= it->second->size() && n <= it->second->size() - off, where, ": bytes [", off, ", ",
-                 off + n, ") lie outside its file of ", it->second->size(), " bytes");
+      ZAYA_CHECK(off <= it->second.size && n <= it->second.size - off, where, ": bytes [", off, ", ", off + n,
+                 ") lie outside its file of ", it->second.size, " bytes");
       DType dt;
       ZAYA_CHECK(dtype_from_name(string_field(t, "dtype", where), &dt), where, ": unknown dtype");
       Shape shape = shape_from(t.at("shape"), where);
       ZAYA_CHECK(uint64_t(shape_numel(shape)) * dtype_size(dt) == n, where, ": shape ", shape_str(shape),
                  " does not match its ", n, " bytes");
-      const uint8_t* bytes = it->second->data() + off;
-      ZAYA_CHECK(xxh3_hex(bytes, n) == string_field(t, "xxh3", where), where,
-                 ": checksum mismatch (the data file is corrupted)");
-      e.data = Tensor::view(dt, shape, const_cast<uint8_t*>(bytes), it->second);
+      want_xxh3.push_back(string_field(t, "xxh3", where));
+      e.data = Tensor::view(dt, shape, it->second.data.get() + off, it->second.data);
       if (t.contains("whole_shape")) {
         e.whole = shape_from(t["whole_shape"], where);
         e.begin = count_field(t, "begin", where);
@@ -219,6 +221,16 @@ Checkpoint Checkpoint::open(const std::string& dir) {
       }
       c.entries_.push_back(std::move(e));
     }
+    // Every checksum, on all threads; the first mismatch in manifest order is reported.
+    std::vector<char> ok(c.entries_.size(), 1);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t i = 0; i < int64_t(c.entries_.size()); i++) {
+      const Tensor& d = c.entries_[size_t(i)].data;
+      ok[size_t(i)] = xxh3_hex(d.data, d.nbytes()) == want_xxh3[size_t(i)];
+    }
+    for (size_t i = 0; i < ok.size(); i++)
+      ZAYA_CHECK(ok[i], mpath, ": tensor ", c.entries_[i].name, " (rank ", c.entries_[i].owner,
+                 "): checksum mismatch (the data file is corrupted)");
   } catch (const json::exception& e) {
     throw Error(str_cat(mpath, ": malformed manifest (", e.what(), ")"));
   }

@@ -61,9 +61,9 @@ void remove_partial(const std::string& dir);
 // A verified checkpoint in memory: every data file read and every tensor's checksum checked.
 class Checkpoint {
  public:
-  // Reads and verifies `dir`. Throws zaya::Error naming the directory and the first problem: no COMPLETE
-  // marker, a missing / malformed manifest, a missing or wrongly sized data file, a tensor outside its
-  // file or whose xxh3 differs.
+  // Reads (io/direct_read.h: large O_DIRECT reads) and verifies `dir`. Throws zaya::Error naming the
+  // directory and the first problem: no COMPLETE marker, a missing / malformed manifest, a missing or wrongly
+  // sized data file, a tensor outside its file or whose xxh3 differs.
   static Checkpoint open(const std::string& dir);
 
   const std::string& dir() const { return dir_; }
@@ -71,6 +71,7 @@ class Checkpoint {
   int world() const { return world_; }
   const nlohmann::json& state() const { return state_; }
   const nlohmann::json& manifest() const { return manifest_; }
+  size_t bytes_read() const { return bytes_read_; }  // data-file bytes read (and verified)
 
   // The tensors rank `owner` saved, whole or slice as saved (views into the loaded files).
   std::vector<std::pair<std::string, Tensor>> tensors_of(int owner) const;
@@ -98,7 +99,8 @@ class Checkpoint {
   int world_ = 1;
   nlohmann::json state_, manifest_;
   std::vector<Entry> entries_;
-  std::vector<std::shared_ptr<void>> files_;
+  std::vector<std::shared_ptr<uint8_t>> files_;
+  size_t bytes_read_ = 0;
 };
 
 struct CheckpointListing {
