@@ -6,7 +6,8 @@
 //      ends bitwise equal;
 //   3. a command that always fails stops after --max-restarts restarts with a report naming every attempt
 //      (text and JSON) and a non-zero exit; the backoff doubles without progress and stays put with it;
-//   4. SIGTERM to the supervisor is forwarded to the job and not restarted; bad usage is a clear error;
+//   4. SIGTERM to the supervisor is forwarded to the job (its exit status becomes the supervisor's) and not
+//      restarted; a preempted `zaya train` saves and exits 0; bad usage is a clear error;
 //   5. under mpirun -np 2, rank 1 dying is restarted and resumed.
 // One-shot faults: the command is a bash wrapper that sets ZAYA_DIST_FAULT only when a marker file does not
 // exist yet (and creates it), so that the restart runs clean.
@@ -145,7 +146,8 @@ TEST_F(Launch, HangIsDetectedKilledAndRestarted) {
   // The hang is at the start of step 5 (after checkpoint 2 committed: a run killed during its first save
   // has nothing to resume from).
   EXPECT_EQ(a["last_heartbeat"].get<std::string>().substr(0, 2), "4 ");
-  EXPECT_FALSE(a["killed_with"].get<std::string>().empty());
+  // The trainer defers SIGTERM to the end of a step, which a hung step never reaches: SIGKILL it is.
+  EXPECT_EQ(a["killed_with"], "SIGKILL");
   EXPECT_NE(a["description"].get<std::string>().find("hung (no heartbeat for"), std::string::npos);
   EXPECT_EQ(r["outcome"], "succeeded");
   expect_bitwise_as_straight("hang");
@@ -224,6 +226,44 @@ TEST_F(Launch, StopSignalIsForwardedAndNotRestarted) {
   EXPECT_EQ(r["outcome"], "stopped by SIGTERM");
   ASSERT_EQ(r["attempts"].size(), 1u);
   EXPECT_EQ(r["attempts"][0]["ended"], "stopped");
+}
+
+// The real trainer: SIGTERM to the supervisor reaches `zaya train` once, which finishes its step, writes a
+// checkpoint and exits 0; the supervisor exits 0 without restarting.
+TEST_F(Launch, PreemptionOfTheTrainerSavesAndExitsZero) {
+  const std::string cfg = config("preempt"), log = (dir / "preempt.log").string();
+  const std::string hb = (dir / "preempt.heartbeat").string();
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    setenv("ZAYA_SLOW_STEP_MS", "200", 1);
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    execl(ZAYA_BINARY, ZAYA_BINARY, "launch", "--heartbeat-file", hb.c_str(), "--", ZAYA_BINARY, "train",
+          "--config", cfg.c_str(), "--resume", "auto", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // Wait for the second step's heartbeat.
+  const auto t0 = std::chrono::steady_clock::now();
+  auto step_of_heartbeat = [&] {
+    const std::string t = test::read_text(hb);
+    return t.empty() ? -1 : std::atoi(t.c_str());
+  };
+  while (step_of_heartbeat() < 2 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(30))
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_GE(step_of_heartbeat(), 2) << test::read_text(log);
+  kill(pid, SIGTERM);
+  int st = 0;
+  ASSERT_EQ(waitpid(pid, &st, 0), pid);
+  const std::string out = test::read_text(log);
+  ASSERT_TRUE(WIFEXITED(st)) << out;
+  EXPECT_EQ(WEXITSTATUS(st), 0) << out;
+  EXPECT_NE(out.find("checkpoint written, exiting"), std::string::npos) << out;
+  EXPECT_NE(out.find("stopped by SIGTERM (forwarded), exited with code 0"), std::string::npos) << out;
+  EXPECT_EQ(out.find("attempt 2"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(dir / "preempt" / "model"))
+      << "a preempted run leaves the final model to the resumed run";
 }
 
 TEST_F(Launch, BadUsageIsAClearError) {

@@ -53,11 +53,8 @@ int cmd_launch(int argc, char** argv) {
              "--max-restarts 3 -- zaya train --config TRAIN.json --resume auto");
 
   const zaya::launch::LaunchReport r = zaya::launch::supervise(o);
-  // The full report when anything went wrong; one line when the first attempt simply succeeded.
-  if (r.attempts.size() > 1 || r.exit_code != 0)
-    std::fputs(r.to_text().c_str(), stderr);
-  else
-    std::fprintf(stderr, "zaya launch: %s\n", r.attempts.back().describe().c_str());
+  // The full report when anything went wrong (each attempt's line was logged as it ended already).
+  if (r.attempts.size() > 1 || r.exit_code != 0) std::fputs(r.to_text().c_str(), stderr);
   return r.exit_code;
 }
 

@@ -128,11 +128,13 @@ std::map<pid_t, ProcInfo> process_table() {
 
 // The live (not zombie) processes of the job: those in its process group, and every descendant of this
 // process (ranks that moved to a group of their own are still our descendants: we are their subreaper).
-std::vector<pid_t> job_processes(pid_t pgid) {
+// With `outside_only`, just the descendants in other process groups (Open MPI's ranks).
+std::vector<pid_t> job_processes(pid_t pgid, bool outside_only = false) {
   const pid_t self = getpid();
   const auto table = process_table();
   std::vector<pid_t> out;
   for (const auto& [pid, info] : table) {
+    if (outside_only && info.pgrp == pgid) continue;
     if (pid == self || info.state == 'Z' || info.state == 'X') continue;
     bool ours = info.pgrp == pgid;
     // Walk up the parents (bounded: a cycle cannot happen, but a table read mid-change could be odd).
@@ -148,9 +150,11 @@ std::vector<pid_t> job_processes(pid_t pgid) {
   return out;
 }
 
+// Ending the job: `sig` to its process group and to every descendant in another group, each process once
+// (a second SIGTERM makes `zaya train` exit at once instead of finishing its step).
 void signal_job(pid_t pgid, int sig) {
   kill(-pgid, sig);
-  for (pid_t p : job_processes(pgid)) kill(p, sig);
+  for (pid_t p : job_processes(pgid, /*outside_only=*/true)) kill(p, sig);
 }
 
 // Reaps every finished child (the command, and orphaned job processes reparented to us); records the
@@ -301,7 +305,8 @@ void run_attempt(const LaunchOptions& o, const std::string& heartbeat_file, Cloc
       a->stop_signal = signal_name(sig);
       log(str_cat("received ", a->stop_signal, ": forwarding it to the job (process group ", pgid,
                   ") and not restarting"));
-      signal_job(pgid, sig);
+      // The group only, as a terminal or Slurm would: a launcher in it (mpirun) forwards to its ranks.
+      kill(-pgid, sig);
     }
     poll_heartbeat(heartbeat_file, &hb);
     const auto now = Clock::now();
