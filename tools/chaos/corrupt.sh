@@ -109,7 +109,7 @@ for c in "${CASES[@]}"; do
   if [ "$rc" != 0 ]; then
     why="zaya train exited $rc: $(tail -1 "$out")"
   elif [ "$expect" = fallback ]; then
-    grep -Eq "train: resume: skipping $newest[:/]" "$out" || why="step 8 was not reported as broken"
+    grep -Eq "train: resume: skipping ${newest}[:/]" "$out" || why="step 8 was not reported as broken"
     [ -z "$why" ] && { grep -q "train: resumed from $prev (step 6)" "$out" || why="did not resume from step 6"; }
   else
     grep -q "train: resume: skipping" "$out" && why="a checkpoint was skipped"

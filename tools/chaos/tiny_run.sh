@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by tools/chaos/*.sh: the tiny training setup of tests/tiny_training_data.h built with the CLI.
 #   tiny_setup ZAYA DIR              corpus/, tokenizer.json, data.{train,val}.{bin,idx}, model.json in DIR
 #   tiny_config DIR NAME STEPS EVERY DIR/NAME.json: a TRAIN.json writing to DIR/NAME, a checkpoint every
