@@ -1,12 +1,18 @@
 // zaya bench forward: tokens/s of the forward pass and MFU against this machine's own GEMM peak, measured
 // in the same run. Prints one JSON line.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "ckpt/async_saver.h"
+#include "ckpt/checkpoint.h"
 #include "command.h"
 #include "core/error.h"
 #include "kernels/gemm.h"
@@ -16,6 +22,7 @@
 #include "model/zaya.h"
 #include "train/clip.h"
 #include "train/optimizer.h"
+#include "train/param_groups.h"
 #include "train/train_model.h"
 
 namespace {
@@ -184,6 +191,127 @@ int bench_train(const std::string& model_dir, const std::string& config, int64_t
   return 0;
 }
 
+// zaya bench checkpoint: the training-checkpoint path on a model's real state (fp32 weights + optimizer
+// state): the stall of each asynchronous save (staging copy), its background write (bytes / seconds), the
+// commit, and a verified load (read + checksums + assembly into the model), from a cold page cache.
+int bench_checkpoint(const std::string& config, int64_t layers, const std::string& dir, int saves,
+                     int io_threads, const std::string& optimizer, bool keep) {
+  namespace fs = std::filesystem;
+  using clock_type = std::chrono::steady_clock;
+  auto since = [](clock_type::time_point t0) {
+    return std::chrono::duration<double>(clock_type::now() - t0).count();
+  };
+  zaya::ZayaConfig cfg = zaya::load_config(config);
+  if (layers > 0) {
+    cfg.num_hidden_layers = layers;
+    cfg.layer_types.resize(size_t(layers),
+                           cfg.layer_types.empty() ? zaya::LayerType::Hybrid : cfg.layer_types[0]);
+  }
+  zaya::train::TrainModel tm = zaya::train::TrainModel::create(cfg, "", 1, zaya::DType::F32);
+  zaya::train::OptimConfig oc;
+  std::vector<zaya::train::ParamGroup> groups;
+  if (optimizer == "adamw") {
+    zaya::train::ParamGroup g{};
+    g.kind = zaya::train::OptimKind::AdamW;
+    g.lr_scale = 1;
+    g.weight_decay = 0;
+    for (size_t i = 0; i < tm.params.size(); i++) g.params.push_back(i);
+    groups.push_back(g);
+  } else {
+    groups = zaya::train::zaya_param_groups(tm.params, oc);
+  }
+  zaya::train::Optimizer optim(tm.params, groups, oc);
+  // The state as the trainer saves it: whole parameters, then optimizer state (non-zero, like a trained one).
+  std::vector<zaya::ckpt::TensorEntry> tensors;
+  for (const auto& p : tm.params)
+    tensors.push_back({p.name, zaya::Tensor::view(zaya::DType::F32, p.shape, p.value, nullptr), {}, 0});
+  uint32_t x = 12345;
+  for (auto& sl : optim.state_slices()) {
+    if (sl.data.dtype == zaya::DType::F32)
+      for (int64_t i = 0; i < sl.data.numel(); i++) {
+        x = x * 1664525u + 1013904223u;
+        sl.data.f32()[i] = float(x >> 8) * 1e-9f;
+      }
+    tensors.push_back({sl.name, zaya::Tensor::view(sl.data.dtype, sl.whole, sl.data.data, nullptr), {}, 0});
+  }
+  const size_t bytes = zaya::ckpt::AsyncSaver::layout_bytes(tensors);
+  std::fprintf(stderr,
+               "bench checkpoint: %.1f M parameters, state %.3f GB (weights + %s state), %d saves to %s\n",
+               cfg.num_params() / 1e6, bytes / 1e9, optimizer.c_str(), saves, dir.c_str());
+  zaya::ckpt::AsyncSaveOptions so;
+  so.io_threads = io_threads;
+  zaya::ckpt::AsyncSaver saver(so);
+  const auto t_reserve = clock_type::now();
+  saver.reserve(bytes);  // what the trainer does at start-up
+  const double reserve_s = since(t_reserve);
+  std::vector<double> stall, write, commit;
+  std::string last_dir;
+  bool direct = false;
+  for (int k = 1; k <= saves; k++) {
+    last_dir = zaya::ckpt::step_dir(dir, k);
+    zaya::ckpt::remove_partial(last_dir);
+    stall.push_back(saver.start(last_dir, 0, tensors));
+    const std::string err = saver.wait();
+    ZAYA_CHECK(err.empty(), err);
+    write.push_back(saver.last_stats().write_s);
+    direct = saver.last_stats().direct;
+    const auto t_commit = clock_type::now();
+    zaya::ckpt::commit(last_dir, k, 1, nlohmann::json::object());
+    commit.push_back(since(t_commit));
+    std::fprintf(stderr, "  save %d: stall %.3f s, background write %.2f s (%.2f GB/s), commit %.3f s\n", k,
+                 stall.back(), write.back(), bytes / 1e9 / write.back(), commit.back());
+    if (k > 1 && !keep) zaya::ckpt::remove_partial(zaya::ckpt::step_dir(dir, k - 1));
+  }
+  // Load from a cold cache: drop the data file's cached pages first (O_DIRECT writes leave none anyway).
+  for (const auto& e : fs::directory_iterator(last_dir)) {
+    const int fd = ::open(e.path().c_str(), O_RDONLY);
+    if (fd >= 0) {
+      ::fdatasync(fd);
+      ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+      ::close(fd);
+    }
+  }
+  const auto t_load = clock_type::now();
+  double open_s = 0;
+  {
+    zaya::ckpt::Checkpoint ck = zaya::ckpt::Checkpoint::open(last_dir);
+    open_s = since(t_load);
+    for (auto& p : tm.params) ck.assemble(p.name, zaya::DType::F32, p.shape, p.value);
+    optim.load_state_slices(
+        [&](const zaya::train::Optimizer::StateSlice& sl) {
+          ck.assemble_range(sl.name, sl.data.dtype, sl.whole, sl.begin, sl.data.numel(), sl.data.data);
+        },
+        last_dir);
+  }
+  const double load_s = since(t_load);
+  std::fprintf(stderr, "  load: %.2f s (%.2f GB/s) = read + verify %.2f s + assemble into the model %.2f s\n",
+               load_s, bytes / 1e9 / load_s, open_s, load_s - open_s);
+  if (!keep) zaya::ckpt::remove_partial(last_dir);
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  nlohmann::json j = {{"bench", "checkpoint"},
+                      {"params_m", cfg.num_params() / 1e6},
+                      {"state_bytes", bytes},
+                      {"saves", saves},
+                      {"stall_s", stall},
+                      {"stall_s_median", median(stall)},
+                      {"stall_s_max", *std::max_element(stall.begin(), stall.end())},
+                      {"staging_reserve_s", reserve_s},
+                      {"write_s", write},
+                      {"write_gbps_median", bytes / 1e9 / median(write)},
+                      {"commit_s_median", median(commit)},
+                      {"o_direct", direct},
+                      {"io_threads", io_threads},
+                      {"load_s", load_s},
+                      {"load_read_verify_s", open_s},
+                      {"load_gbps", bytes / 1e9 / load_s},
+                      {"checkpoint_dir", keep ? last_dir : ""}};
+  std::printf("%s\n", j.dump().c_str());
+  return 0;
+}
+
 int cmd_bench(int argc, char** argv) {
   CLI::App app{"Benchmarks: tokens/s and MFU against the machine's measured GEMM peak"};
   app.require_subcommand(1);
@@ -218,7 +346,24 @@ int cmd_bench(int argc, char** argv) {
   bool t_recompute = false;
   trn->add_flag("--recompute", t_recompute,
                 "activation recomputation: keep each block's input only, re-run the block in the backward");
+  auto* ckp = app.add_subcommand(
+      "checkpoint",
+      "asynchronous checkpoint saves and a verified load of a model's weights + optimizer state");
+  std::string c_config, c_dir, c_optim = "adamw";
+  int64_t c_layers = 0;
+  int c_saves = 3, c_io = 4;
+  bool c_keep = false;
+  ckp->add_option("--config", c_config, "model config.json (random initialisation)")->required();
+  ckp->add_option("--layers", c_layers, "override num_hidden_layers (size the state)");
+  ckp->add_option("--dir", c_dir, "directory on the disk under test (step_* directories are written there)")
+      ->required();
+  ckp->add_option("--saves", c_saves, "saves (each timed)")->check(CLI::PositiveNumber);
+  ckp->add_option("--io-threads", c_io, "write streams")->check(CLI::PositiveNumber);
+  ckp->add_option("--optimizer", c_optim, "adamw (2 moments for every parameter) or zaya (Muon split)")
+      ->check(CLI::IsMember({"adamw", "zaya"}));
+  ckp->add_flag("--keep", c_keep, "keep the last checkpoint (its path is in the JSON)");
   CLI11_PARSE(app, argc, argv);
+  if (ckp->parsed()) return bench_checkpoint(c_config, c_layers, c_dir, c_saves, c_io, c_optim, c_keep);
   if (trn->parsed()) {
     ZAYA_CHECK(!t_model.empty() || !t_config.empty(), "zaya bench train needs --model DIR or --config FILE");
     ZAYA_CHECK(tB > 0 && tS > 0 && t_steps > 0, "--batch, --seq and --steps must be positive");
@@ -233,7 +378,8 @@ int cmd_bench(int argc, char** argv) {
   return 2;
 }
 
-zaya::app::Register reg("bench", "benchmarks (forward, train): tokens/s, GFLOP/s, MFU vs measured GEMM peak",
-                        cmd_bench);
+zaya::app::Register reg(
+    "bench", "benchmarks (forward, train, checkpoint): tokens/s, GFLOP/s, MFU vs measured GEMM peak",
+    cmd_bench);
 
 }  // namespace

@@ -34,6 +34,22 @@ size_t round_up(size_t n, size_t a) {
   return (n + a - 1) / a * a;
 }
 
+// memcpy into a 64-byte aligned destination with non-temporal stores: the staging buffer is not read again
+// by this thread, so bypassing the cache saves the read-for-ownership of every destination line (measured
+// ~20 GB/s vs memcpy's ~10 GB/s on 2 threads here: the copy is the training stall).
+void copy_streaming(uint8_t* dst, const uint8_t* src, size_t n) {
+#if defined(__AVX512F__)
+  ZAYA_ASSERT(reinterpret_cast<uintptr_t>(dst) % 64 == 0, "staging pieces start on cache lines");
+  size_t i = 0;
+  for (; i + 64 <= n; i += 64)
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + i), _mm512_loadu_si512(src + i));
+  std::memcpy(dst + i, src + i, n - i);
+  _mm_sfence();  // the streamed stores are visible before the writer thread reads the buffer
+#else
+  std::memcpy(dst, src, n);
+#endif
+}
+
 // Writes bytes [begin, end) of `buf` at the same file offsets, looping over short writes. Returns "" or the
 // error (errno text).
 std::string pwrite_range(int fd, const uint8_t* buf, size_t begin, size_t end) {
@@ -137,7 +153,7 @@ double AsyncSaver::start(const std::string& dir, int rank, const std::vector<Ten
   std::memset(staging_ + prev_end, 0, padded - prev_end);
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t i = 0; i < int64_t(pieces.size()); i++)
-    std::memcpy(pieces[size_t(i)].dst, pieces[size_t(i)].src, pieces[size_t(i)].n);
+    copy_streaming(pieces[size_t(i)].dst, pieces[size_t(i)].src, pieces[size_t(i)].n);
 
   fs::create_directories(dir);
   busy_.store(true, std::memory_order_release);
