@@ -44,6 +44,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::ofstream f(dir + "/manifest.json", std::ios::binary | std::ios::trunc);
     f.write(reinterpret_cast<const char*>(data), std::streamsize(size));
   }
+  {
+    // A marker that matches the input: the fuzzer exercises the manifest parser, not only its checksum.
+    std::ofstream f(dir + "/COMPLETE", std::ios::binary | std::ios::trunc);
+    f << "step 3\nmanifest xxh3 " << zaya::ckpt::xxh3_hex(data, size) << "\n";
+  }
   try {
     zaya::ckpt::Checkpoint ck = zaya::ckpt::Checkpoint::open(dir);
     const size_t file_size = fs::file_size(dir + "/rank_00000.bin");

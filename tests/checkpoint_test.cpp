@@ -166,6 +166,16 @@ TEST(Checkpoint, ResumeIsBitExactAndBrokenCheckpointsAreSkipped) {
   expect_fallback("checksum");
   fs::remove(step8 / "COMPLETE");
   expect_fallback("COMPLETE");
+  {
+    // A changed digit in the saved state keeps the manifest valid JSON: the checksum in COMPLETE catches it.
+    std::string m = test::read_text((step8 / "manifest.json").string());
+    const size_t at = m.find("\"position\": ") + 12;
+    m[at] = m[at] == '1' ? '2' : '1';
+    std::ofstream(step8 / "manifest.json", std::ios::binary | std::ios::trunc) << m;
+  }
+  expect_fallback("checksum mismatch with COMPLETE");
+  flip_byte(step8 / "COMPLETE", 25);
+  expect_fallback("COMPLETE");
   flip_byte(step8 / "manifest.json", 20);
   {
     std::vector<std::string> skipped;
@@ -192,7 +202,7 @@ TEST(Checkpoint, ResumeIsBitExactAndBrokenCheckpointsAreSkipped) {
   flip_byte(step4 / "rank_00000.bin", 64);
   flip_byte(step8 / "rank_00000.bin", 64);
   EXPECT_NE(run_zaya("", "train --config " + cfg_b + " --resume auto", (fx.dir / "b4.log").string()), 0);
-  EXPECT_NE(test::read_text((fx.dir / "b4.log").string()).find("none of the 2 checkpoints"),
+  EXPECT_NE(test::read_text((fx.dir / "b4.log").string()).find("none of the 2 committed checkpoints"),
             std::string::npos)
       << test::read_text((fx.dir / "b4.log").string());
   // An explicit directory that does not verify is an error naming it.
@@ -200,6 +210,14 @@ TEST(Checkpoint, ResumeIsBitExactAndBrokenCheckpointsAreSkipped) {
       run_zaya("", "train --config " + cfg_b + " --resume " + step4.string(), (fx.dir / "b5.log").string()),
       0);
   EXPECT_NE(test::read_text((fx.dir / "b5.log").string()).find("checksum"), std::string::npos);
+
+  // Only uncommitted directories (a first save cut short): resume auto reports them and starts fresh.
+  fs::remove_all(step8);
+  fs::remove(step4 / "COMPLETE");
+  ASSERT_EQ(run_zaya("", "train --config " + cfg_b + " --resume auto", (fx.dir / "b6.log").string()), 0)
+      << test::read_text((fx.dir / "b6.log").string());
+  EXPECT_NE(test::read_text((fx.dir / "b6.log").string()).find("no committed checkpoint"), std::string::npos);
+  expect_same(straight, result_of(b));
 }
 
 namespace {
@@ -254,6 +272,9 @@ TEST(Checkpoint, ShardsAssembleAndMalformedManifestsAreErrors) {
 
   auto expect_error = [&](const std::string& manifest, const std::string& part) {
     std::ofstream(fs::path(dir) / "manifest.json") << manifest;
+    // With a marker that matches, so that the parser (not the checksum) must find the problem.
+    std::ofstream(fs::path(dir) / "COMPLETE")
+        << "step 7\nmanifest xxh3 " << ckpt::xxh3_hex(manifest.data(), manifest.size()) << "\n";
     try {
       ckpt::Checkpoint::open(dir);
       ADD_FAILURE() << "expected an error mentioning " << part;

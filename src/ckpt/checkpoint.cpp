@@ -145,12 +145,16 @@ void commit(const std::string& dir, int64_t step, int world, const json& state) 
   json m = {{"format", kFormat}, {"step", step},   {"world", world},
             {"files", files},    {"state", state}, {"tensors", tensors}};
   const std::string manifest = (fs::path(dir) / "manifest.json").string();
-  write_file_synced(manifest + ".tmp", m.dump(1));
+  const std::string text = m.dump(1);
+  write_file_synced(manifest + ".tmp", text);
   ZAYA_CHECK(std::rename((manifest + ".tmp").c_str(), manifest.c_str()) == 0, manifest, ": rename failed (",
              std::strerror(errno), ")");
   for (int r = 0; r < world; r++) fs::remove(fs::path(dir) / rank_file_name(r, "json"));
   sync_dir(dir);
-  write_file_synced((fs::path(dir) / "COMPLETE").string(), str_cat("step ", step, "\n"));
+  // The marker carries the manifest's checksum: a flipped byte in the manifest (its state, a size, an
+  // offset) is detected like one in a data file.
+  write_file_synced((fs::path(dir) / "COMPLETE").string(),
+                    str_cat("step ", step, "\nmanifest xxh3 ", xxh3_hex(text.data(), text.size()), "\n"));
   sync_dir(dir);
   sync_dir(fs::path(dir).parent_path().string());
 }
@@ -162,9 +166,18 @@ Checkpoint Checkpoint::open(const std::string& dir) {
              ": incomplete checkpoint (no COMPLETE marker: the save did not finish)");
   const std::string mpath = (fs::path(dir) / "manifest.json").string();
   ZAYA_CHECK(fs::exists(mpath), dir, ": manifest.json is missing");
+  const std::string text = read_text(mpath);
+  {
+    const std::string marker = read_text((fs::path(dir) / "COMPLETE").string());
+    const size_t at = marker.find("manifest xxh3 ");
+    ZAYA_CHECK(at != std::string::npos && marker.size() >= at + 14 + 16, dir,
+               "/COMPLETE: malformed completion marker (expected the manifest's checksum)");
+    ZAYA_CHECK(marker.substr(at + 14, 16) == xxh3_hex(text.data(), text.size()), mpath,
+               ": checksum mismatch with COMPLETE (the manifest or the marker is corrupted)");
+  }
   json m;
   try {
-    m = json::parse(read_text(mpath));
+    m = json::parse(text);
   } catch (const json::exception& e) {
     throw Error(str_cat(mpath, ": not valid JSON (", e.what(), ")"));
   }

@@ -7,7 +7,8 @@
 //                             xxh3-64 of its bytes (and, for a slice of a larger tensor, the whole shape and
 //                             the first element); every file's size; step; world size; `state` (the caller's
 //                             JSON: data-loader state, controller state, RNG states, the training config)
-//   COMPLETE                  the completion marker, written last
+//   COMPLETE                  the completion marker, written last: "step <n>", "manifest xxh3 <hex>" (the
+//                             manifest's own checksum)
 // Commit order (why: a crash at any point leaves either a complete checkpoint or one that is visibly not):
 // each rank writes and fsyncs its data file and a small sidecar listing its tensors; after a barrier rank 0
 // merges the sidecars into manifest.json.tmp, fsyncs it, renames it to manifest.json, fsyncs the directory,

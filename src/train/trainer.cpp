@@ -338,9 +338,15 @@ TrainSummary run_training(const TrainConfig& c, const RunOptions& run) {
       std::vector<std::string> skipped;
       ck = ckpt::open_latest(c.ckpt_dir, &skipped);
       for (const auto& why : skipped) say("train: resume: skipping %s\n", why.c_str());
-      ZAYA_CHECK(ck || skipped.empty(), c.ckpt_dir, ": none of the ", skipped.size(),
-                 " checkpoints verifies; refusing to start over (remove them or pick one with --resume DIR)");
-      if (!ck) say("train: resume auto: no checkpoint under %s, starting fresh\n", c.ckpt_dir.c_str());
+      // Directories without COMPLETE were never committed (a save cut short): they do not stop a fresh
+      // start. A committed one that fails to verify does: starting over would silently lose the run.
+      int64_t committed = 0;
+      for (const auto& l : ckpt::list_checkpoints(c.ckpt_dir)) committed += l.complete;
+      ZAYA_CHECK(ck || committed == 0, c.ckpt_dir, ": none of the ", committed,
+                 " committed checkpoints verifies; refusing to start over (remove them or pick one with "
+                 "--resume DIR)");
+      if (!ck)
+        say("train: resume auto: no committed checkpoint under %s, starting fresh\n", c.ckpt_dir.c_str());
     } else {
       ck = std::make_unique<ckpt::Checkpoint>(ckpt::Checkpoint::open(run.resume));
     }
@@ -415,7 +421,7 @@ TrainSummary run_training(const TrainConfig& c, const RunOptions& run) {
       if (c.ckpt_on_error == "stop") failed_save_step = p.step;
       return;
     }
-    heartbeat(root, p.step, "committing");
+    heartbeat(root, std::max(sum.steps, p.step), "committing");  // the step reached, not the saved one
     if (root) {
       ckpt::commit(p.dir, p.step, world, p.state);
       auto removed = ckpt::apply_retention(c.ckpt_dir, c.ckpt_keep_last, c.ckpt_keep_every);
@@ -428,7 +434,7 @@ TrainSummary run_training(const TrainConfig& c, const RunOptions& run) {
           removed.empty() ? "" : str_cat("; retention removed ", removed.size()).c_str());
     }
     last_good_step = p.step;
-    heartbeat(root, p.step, "saved");
+    heartbeat(root, std::max(sum.steps, p.step), "saved");
   };
   auto save_checkpoint = [&](int64_t at_step) {
     settle(true);  // at most one save in flight
