@@ -633,6 +633,25 @@ TEST(Checkpoint, NanStepsAreSkippedThenRolledBack) {
   const nlohmann::json st = ckpt::Checkpoint::open(ckpt::step_dir((r / "checkpoints").string(), 8)).state();
   EXPECT_EQ(st["data_step"], 13) << "12 steps' batches drawn: the resumed run continues after them";
   EXPECT_EQ(st["rollbacks"], 1);
+
+  // The loss-spike detector: the detector sees 10x the loss of data step 6 (ZAYA_FAULT_SPIKE); with
+  // fault.spike_zscore 10 over a window of 4 (z is ~30) it is the only spike of the run, and its update is
+  // skipped.
+  const fs::path z = fx.dir / "spike";
+  ASSERT_EQ(
+      run_zaya("ZAYA_FAULT_SPIKE=6-6",
+               "train --config " +
+                   fx.config("spike", false, "",
+                             R"(, "fault": {"max_bad_steps": 3, "spike_zscore": 10, "spike_window": 4})"),
+               (fx.dir / "z.log").string()),
+      0)
+      << test::read_text((fx.dir / "z.log").string());
+  const std::string log_z = test::read_text((fx.dir / "z.log").string());
+  EXPECT_NE(log_z.find("step 6: loss spike (z = "), std::string::npos) << log_z;
+  EXPECT_NE(log_z.find("update skipped (1 skipped so far, 1 in a row)"), std::string::npos) << log_z;
+  EXPECT_EQ(read_json(z / "summary.json")["skipped_steps"], 1);
+  const std::vector<std::string> spike = metrics_field(z / "metrics.jsonl", "loss");
+  for (size_t i = 0; i < 5; i++) EXPECT_EQ(spike[i], straight[i]) << "no spike called before step 6";
 }
 
 // A save that fails (here: the per-process file-size limit, EFBIG, which needs no privileges; the real full

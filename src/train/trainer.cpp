@@ -510,10 +510,12 @@ TrainSummary run_training(const TrainConfig& c, const RunOptions& run) {
     }
     return back_to;
   };
-  // Test hook (tests/checkpoint_test.cpp): ZAYA_FAULT_NAN=<first>-<last> makes the steps drawing the
-  // data_step-th to last-th batches report a NaN loss (as bad data would).
-  int64_t nan_first = -1, nan_last = -1;
+  // Test hooks (tests/checkpoint_test.cpp), in data steps (the step's batches are the data_step-th drawn):
+  // ZAYA_FAULT_NAN=<first>-<last> makes those steps report a NaN loss (as bad data would);
+  // ZAYA_FAULT_SPIKE=<first>-<last> shows the spike detector 10x their loss.
+  int64_t nan_first = -1, nan_last = -1, spike_first = -1, spike_last = -1;
   if (const char* f = std::getenv("ZAYA_FAULT_NAN")) std::sscanf(f, "%ld-%ld", &nan_first, &nan_last);
+  if (const char* f = std::getenv("ZAYA_FAULT_SPIKE")) std::sscanf(f, "%ld-%ld", &spike_first, &spike_last);
 
   ForwardScratch scratch;
   double ema_tps = 0;
@@ -533,15 +535,17 @@ TrainSummary run_training(const TrainConfig& c, const RunOptions& run) {
                    " does not fit the model's vocabulary of ", mc.vocab_size);
     }
     const bool inject_nan = data_step >= nan_first && data_step <= nan_last;
+    const double spike_factor = data_step >= spike_first && data_step <= spike_last ? 10.0 : 1.0;
     data_step++;
     const double comm_before = dp ? dp->stats().exposed_s() : 0;
     auto reject = [&](double l) -> const char* {
       if (inject_nan) return "non-finite loss (injected by ZAYA_FAULT_NAN)";
-      return bad_steps.is_spike(l) ? "loss spike" : nullptr;
+      return bad_steps.is_spike(l * spike_factor) ? "loss spike" : nullptr;
     };
     StepResult sr =
         train_step(tm, optim, balancer, micro_batches, c.optim, step, scratch, c.recompute, dp.get(), reject);
     if (inject_nan) sr.loss = NAN;
+    if (sr.rejected && spike_factor != 1.0) sr.loss *= spike_factor;
     const double comm_s = dp ? dp->stats().exposed_s() - comm_before : 0;
     const double loss = sr.loss, lr = sr.lr;
     const std::vector<int64_t>& counts = sr.counts;
