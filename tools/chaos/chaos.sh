@@ -127,20 +127,12 @@ declare -A PER_PHASE=([startup]=0 [step]=0 [save]=0 [commit]=0)
 declare -A PER_MODE=([random]=0 [save]=0 [commit]=0)
 KILLED=0
 INCOMPLETE_LEFT=0
-FIRST_COMMIT_SEEN=0
 for k in $(seq 1 "$KILLS"); do
   # Wait for a running attempt (training processes present).
   pids=""
   while launcher_alive; do
     pids=$(train_pids | tr '\n' ' ')
     [ -n "$pids" ] && break
-    sleep 0.02
-  done
-  launcher_alive || break
-  # Before the run's first committed checkpoint, wait for it: `zaya train --resume auto` refuses to start
-  # when the only checkpoint is incomplete (see docs/fault-tolerance.md), which would end the chaos early.
-  while [ "$FIRST_COMMIT_SEEN" = 0 ] && launcher_alive; do
-    compgen -G "$W/chaos/checkpoints/step_*/COMPLETE" > /dev/null && FIRST_COMMIT_SEEN=1 && break
     sleep 0.02
   done
   launcher_alive || break

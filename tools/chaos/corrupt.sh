@@ -8,10 +8,10 @@
 #
 #   tools/chaos/corrupt.sh BUILD_DIR [--keep]
 #
-# COMPLETE is a marker whose content ("step 8") carries no data: truncating or flipping it leaves a
-# checkpoint whose every byte of data still verifies, so those two cases expect the resume to load step 8.
-# A flipped digit in the manifest's saved state (the data-loader position) is a case the manifest format
-# must catch too: loading it would continue on other data than the uninterrupted run.
+# COMPLETE holds "step 8" and the manifest's xxh3: truncating it or flipping a bit of the checksum must fall
+# back; a flipped bit in its "step" line carries no data (every byte of data and the manifest still verify),
+# so that case expects the resume to load step 8. A flipped digit in the manifest's saved state (the
+# data-loader position) keeps valid JSON: the manifest checksum in COMPLETE must catch it.
 # Exit status: 0 when every case behaved as expected; 1 with a line per failed case otherwise.
 set -euo pipefail
 
@@ -68,12 +68,13 @@ truncate_half() { truncate -s $(($(stat -c %s "$1") / 2)) "$1"; }
 CASES=(
   "truncate-data|rank_00000.bin|truncate -s -100|fallback"
   "truncate-manifest|manifest.json|truncate_half|fallback"
-  "truncate-COMPLETE|COMPLETE|truncate -s 0|newest"
+  "truncate-COMPLETE|COMPLETE|truncate -s 0|fallback"
   "flip-data|rank_00000.bin|flip_bit @ $DATA_AT|fallback"
   "flip-manifest-format|manifest.json|flip_bit @ $FMT_AT|fallback"
   "flip-manifest-checksum|manifest.json|flip_bit @ $XXH_AT|fallback"
   "flip-manifest-state|manifest.json|flip_bit @ $POS_AT|fallback"
-  "flip-COMPLETE|COMPLETE|flip_bit @ 0|newest"
+  "flip-COMPLETE-step|COMPLETE|flip_bit @ 0|newest"
+  "flip-COMPLETE-checksum|COMPLETE|flip_bit @ 25|fallback"
   "delete-data|rank_00000.bin|rm|fallback"
   "delete-manifest|manifest.json|rm|fallback"
   "delete-COMPLETE|COMPLETE|rm|fallback"
