@@ -5,8 +5,10 @@
 // Under mpirun / srun (dist/comm.h) it trains data-parallel with a ZeRO-1 optimizer (dist/zero1.h): batch
 // sizes in TRAIN.json are global (micro_batch rows split over the ranks), so the same file gives the same
 // run for any number of ranks; only rank 0 prints and writes files (docs/distributed.md).
-// With "checkpoint.every" it saves training checkpoints (every rank its own shards) that RunOptions::resume
-// continues from bit-identically: same parameters, optimizer and balancer state, data order and losses.
+// With "checkpoint.every" it saves training checkpoints asynchronously (every rank its own shards) that
+// RunOptions::resume continues from bit-identically: same parameters, optimizer and balancer state, data
+// order and losses. Bad steps (non-finite, loss spikes) apply no update; too many in a row roll back to the
+// newest checkpoint (train/bad_steps.h, docs/fault-tolerance.md).
 #pragma once
 
 #include <string>
@@ -29,7 +31,8 @@ struct RunOptions {
   bool overlap = false;      // data parallel: start each block's (nonblocking) reductions during the backward
   // Continue from a training checkpoint (ckpt/checkpoint.h): "" = start fresh; "auto" = the newest checkpoint
   // under the config's checkpoint.dir whose checksums verify (newer broken ones are reported and skipped;
-  // none at all = start fresh); else a step directory. The world size must be the one that saved it.
+  // no committed one = start fresh); else a step directory. Any world size loads it (resharding); bit-exact
+  // continuation needs the world size and thread count that saved it.
   std::string resume;
 };
 
