@@ -25,8 +25,8 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--max-minutes", max_minutes, "override 'max_minutes'");
   app.add_option("--resume", run.resume,
                  "continue from a training checkpoint: 'auto' (the newest one under checkpoint.dir whose "
-                 "checksums verify; broken ones are reported and skipped; none = start fresh) or a step "
-                 "directory");
+                 "checksums verify; broken ones are reported and skipped; no committed one = start fresh) or "
+                 "a step directory; any number of ranks loads it (resharding)");
   app.add_option("--rank-log", run.rank_log_dir, "data parallel: every rank also logs to DIR/rank<r>.log");
   app.add_option("--comm-timeout", comm_timeout,
                  "data parallel: seconds to wait for the other ranks before aborting the job with a message "
