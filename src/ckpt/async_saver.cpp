@@ -1,9 +1,7 @@
 #include "ckpt/async_saver.h"
 
-#include <fcntl.h>
 #include <immintrin.h>
 #include <sys/mman.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -13,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "io/direct_io.h"
 
 namespace zaya::ckpt {
 
@@ -21,8 +20,7 @@ using json = nlohmann::json;
 
 namespace {
 
-constexpr size_t kTensorAlign = 64;    // every tensor starts on a cache line (the file format, checkpoint.h)
-constexpr size_t kDirectAlign = 4096;  // O_DIRECT: buffer, offset and length multiples of the block size
+constexpr size_t kTensorAlign = 64;  // every tensor starts on a cache line (the file format, checkpoint.h)
 constexpr size_t kCopyPiece = size_t(4) << 20;  // the unit of the parallel staging copy
 
 using clock_type = std::chrono::steady_clock;
@@ -50,24 +48,11 @@ void copy_streaming(uint8_t* dst, const uint8_t* src, size_t n) {
 #endif
 }
 
-// Writes bytes [begin, end) of `buf` at the same file offsets, looping over short writes. Returns "" or the
-// error (errno text).
-std::string pwrite_range(int fd, const uint8_t* buf, size_t begin, size_t end) {
-  while (begin < end) {
-    ssize_t w = ::pwrite(fd, buf + begin, end - begin, off_t(begin));
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) return std::strerror(errno);
-    if (w == 0) return "no progress (device full?)";
-    begin += size_t(w);
-  }
-  return "";
-}
-
 }  // namespace
 
 AsyncSaver::AsyncSaver(AsyncSaveOptions opt) : opt_(opt) {
   ZAYA_ASSERT(opt_.io_threads >= 1, "at least one writer stream");
-  ZAYA_ASSERT(opt_.chunk_bytes % kDirectAlign == 0 && opt_.chunk_bytes > 0, "chunks are whole blocks");
+  ZAYA_ASSERT(opt_.chunk_bytes % kDirectIoAlign == 0 && opt_.chunk_bytes > 0, "chunks are whole blocks");
 }
 
 AsyncSaver::~AsyncSaver() {
@@ -76,7 +61,7 @@ AsyncSaver::~AsyncSaver() {
 }
 
 void AsyncSaver::ensure_capacity(size_t bytes) {
-  bytes = round_up(std::max<size_t>(bytes, 1), kDirectAlign);
+  bytes = round_up(std::max<size_t>(bytes, 1), kDirectIoAlign);
   if (bytes <= capacity_) return;
   if (staging_) ::munmap(staging_, capacity_);
   staging_ = nullptr;
@@ -125,7 +110,7 @@ double AsyncSaver::start(const std::string& dir, int rank, const std::vector<Ten
     layout.offset.push_back(layout.size);
     layout.size += t.data.nbytes();
   }
-  const size_t padded = round_up(layout.size, kDirectAlign);
+  const size_t padded = round_up(layout.size, kDirectIoAlign);
   ensure_capacity(padded);
 
   // The copy: every tensor cut into pieces of at most kCopyPiece bytes, copied by all threads; the alignment
@@ -170,50 +155,10 @@ void AsyncSaver::run_write(std::string dir, int rank, Layout layout, std::vector
   const auto t0 = clock_type::now();
   const std::string bin = rank_file_name(rank, "bin");
   const std::string path = (fs::path(dir) / bin).string();
-  const size_t padded = round_up(layout.size, kDirectAlign);
-  std::string err;
   bool direct = false;
-  int fd = -1;
-  if (opt_.direct) {
-    fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_DIRECT, 0644);
-    direct = fd >= 0;
-  }
-  if (fd < 0) fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) err = str_cat(path, ": cannot open for writing (", std::strerror(errno), ")");
-
-  // Each stream takes every io_threads-th chunk: large sequential requests, several in flight.
-  auto write_all = [&]() -> std::string {
-    const size_t nchunks = (padded + opt_.chunk_bytes - 1) / opt_.chunk_bytes;
-    const int streams = int(std::min<size_t>(size_t(opt_.io_threads), std::max<size_t>(nchunks, 1)));
-    std::vector<std::string> errs(static_cast<size_t>(streams));
-    std::vector<std::thread> pool;
-    for (int s = 0; s < streams; s++)
-      pool.emplace_back([&, s] {
-        for (size_t c = size_t(s); c < nchunks && errs[size_t(s)].empty(); c += size_t(streams))
-          errs[size_t(s)] =
-              pwrite_range(fd, staging_, c * opt_.chunk_bytes, std::min(padded, (c + 1) * opt_.chunk_bytes));
-      });
-    for (auto& t : pool) t.join();
-    for (auto& e : errs)
-      if (!e.empty()) return e;
-    return "";
-  };
+  std::string err =
+      write_file_direct(path, staging_, layout.size, opt_.direct, &direct, opt_.io_threads, opt_.chunk_bytes);
   json list = json::array();
-  if (err.empty()) {
-    std::string e = write_all();
-    if (!e.empty() && direct && e == std::strerror(EINVAL)) {
-      // The file system accepted O_DIRECT at open but not these writes: write buffered instead.
-      ::close(fd);
-      fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      direct = false;
-      e = fd < 0 ? std::string(std::strerror(errno)) : write_all();
-    }
-    if (!e.empty()) err = str_cat(path, ": write failed (", e, ")");
-  }
-  if (err.empty() && ::ftruncate(fd, off_t(layout.size)) != 0)
-    err = str_cat(path, ": truncate failed (", std::strerror(errno), ")");
-  if (err.empty() && ::fsync(fd) != 0) err = str_cat(path, ": fsync failed (", std::strerror(errno), ")");
-  if (fd >= 0) ::close(fd);
   if (err.empty()) {
     for (size_t i = 0; i < meta.size(); i++) {
       const TensorEntry& t = meta[i];

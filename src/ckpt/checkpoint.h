@@ -62,7 +62,7 @@ void remove_partial(const std::string& dir);
 // A verified checkpoint in memory: every data file read and every tensor's checksum checked.
 class Checkpoint {
  public:
-  // Reads (io/direct_read.h: large O_DIRECT reads) and verifies `dir`. Throws zaya::Error naming the
+  // Reads (io/direct_io.h: large O_DIRECT reads) and verifies `dir`. Throws zaya::Error naming the
   // directory and the first problem: no COMPLETE marker, a missing / malformed manifest, a missing or wrongly
   // sized data file, a tensor outside its file or whose xxh3 differs.
   static Checkpoint open(const std::string& dir);
