@@ -99,5 +99,13 @@ TEST(Train, ConfigErrorsNameTheField) {
   j = nlohmann::json::parse(fx.train_json());
   j["optim"]["muon"] = {{"ns_steps", "five"}};
   expect_error(j.dump(), "ns_steps");
+  // Checkpoint and bad-step fields.
+  expect_error(fx.train_json(R"(, "checkpoint": {"on_error": "retry"})"), "checkpoint.on_error");
+  expect_error(fx.train_json(R"(, "checkpoint": {"async": "yes"})"), "async");
+  expect_error(fx.train_json(R"(, "checkpoint": {"io_threads": 0})"), "io_threads");
+  expect_error(fx.train_json(R"(, "fault": {"max_bad_steps": -1})"), "max_bad_steps");
+  expect_error(fx.train_json(R"(, "fault": {"spike_zscore": 0.5})"), "fault.spike_zscore");
+  expect_error(fx.train_json(R"(, "fault": {"spike_window": 1})"), "spike_window");
+  expect_error(fx.train_json(R"(, "fault": {"max_bad": 3})"), "max_bad");
   fs::remove_all(fx.dir);
 }

@@ -354,7 +354,8 @@ int cmd_bench(int argc, char** argv) {
   int c_saves = 3, c_io = 4;
   bool c_keep = false;
   ckp->add_option("--config", c_config, "model config.json (random initialisation)")->required();
-  ckp->add_option("--layers", c_layers, "override num_hidden_layers (size the state)");
+  ckp->add_option("--layers", c_layers, "override num_hidden_layers (size the state)")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 16));
   ckp->add_option("--dir", c_dir, "directory on the disk under test (step_* directories are written there)")
       ->required();
   ckp->add_option("--saves", c_saves, "saves (each timed)")->check(CLI::PositiveNumber);

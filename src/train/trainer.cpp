@@ -390,10 +390,10 @@ TrainSummary run_training(const TrainConfig& c, const RunOptions& run) {
     if (pending->local == 0 && (block || saver.idle())) {
       pending->error = saver.wait();
       pending->local = pending->error.empty() ? 1 : 2;
+      if (!pending->error.empty() && !root)  // only rank 0 logs to stderr: other ranks say it themselves
+        std::fprintf(stderr, "zaya train: rank %d: checkpoint step %ld failed: %s\n", rank,
+                     long(pending->step), pending->error.c_str());
     }
-    if (!pending->error.empty() && !root)  // only rank 0 logs to stderr: other ranks say it themselves
-      std::fprintf(stderr, "zaya train: rank %d: checkpoint step %ld failed: %s\n", rank, long(pending->step),
-                   pending->error.c_str());
     int64_t all = pending->local;  // 0 if any rank still writes, else 2 if any failed, else 1
     if (world > 1) {
       bool writing = false, failed = false;
