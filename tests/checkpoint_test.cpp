@@ -49,16 +49,9 @@ struct Fixture {
   // tests that assert a particular one exists use synchronous saves.
   std::string config(const std::string& name, bool async_saves = false,
                      const std::string& checkpoint_extra = "", const std::string& top_extra = "") const {
-    const std::string text = R"({"model": {"config": ")" + (dir / "model.json").string() +
-                             R"(", "seed": 3},
-      "data": {"train": ")" + (dir / "data.train").string() +
-                             R"(", "val": ")" + (dir / "data.val").string() + R"("},
-      "optim": {"lr": 0.01, "schedule": {"kind": "cosine", "warmup_steps": 2}, "balancer": {"rule": "rprop"}},
-      "batch": {"micro_batch": 4, "seq_len": 32, "grad_accum": 2}, "steps": 8, "eval": {"every": 0, "batches": 1},
-      "out": ")" + (dir / name).string() +
-                             R"(", "save_dtype": "fp32", "sample": {"max_new_tokens": 0},
-      "checkpoint": {"every": 4, "keep_last": 5, "async": )" +
-                             (async_saves ? "true" : "false") + checkpoint_extra + "}" + top_extra + "}";
+    const std::string text = test::tiny_train_json(
+        dir, dir / name, 3, 4, 4, 5,
+        std::string(", \"async\": ") + (async_saves ? "true" : "false") + checkpoint_extra, top_extra);
     const std::string path = (dir / (name + ".json")).string();
     std::ofstream(path) << text;
     return path;
@@ -68,9 +61,7 @@ struct Fixture {
 // Runs the zaya binary; returns its exit status (the log goes to `log`).
 int run_zaya(const std::string& env, const std::string& args, const std::string& log,
              const std::string& launcher = "") {
-  const std::string cmd = env + " " + launcher + " " + ZAYA_BINARY + " " + args + " > '" + log + "' 2>&1";
-  const int st = std::system(cmd.c_str());
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return test::run_shell(env + " " + launcher + " " + ZAYA_BINARY + " " + args, log);
 }
 
 std::vector<std::string> metrics_field(const fs::path& path, const char* field) {
@@ -563,23 +554,6 @@ TEST(Checkpoint, ExportMatchesTheFinalModelBitwise) {
   EXPECT_FALSE(fs::exists(fx.dir / "hf2"));
 }
 
-namespace {
-
-nlohmann::json read_json(const fs::path& p) {
-  return nlohmann::json::parse(test::read_text(p.string()));
-}
-
-// The "step" of every metrics row, in file order.
-std::vector<int64_t> metric_steps(const fs::path& out) {
-  std::vector<int64_t> steps;
-  std::ifstream f(out / "metrics.jsonl");
-  std::string line;
-  while (std::getline(f, line)) steps.push_back(nlohmann::json::parse(line)["step"].get<int64_t>());
-  return steps;
-}
-
-}  // namespace
-
 // Bad steps (train/bad_steps.h): NaN losses on the batches of data steps 6-7 (ZAYA_FAULT_NAN) with
 // fault.max_bad_steps 3: both updates are skipped and training goes on. On data steps 6-8: the third bad step
 // rolls back to the newest checkpoint (step 4), the data continues after the bad batches, and the run ends
@@ -599,7 +573,7 @@ TEST(Checkpoint, NanStepsAreSkippedThenRolledBack) {
   EXPECT_NE(log_s.find("step 6: non-finite loss (injected by ZAYA_FAULT_NAN)"), std::string::npos) << log_s;
   EXPECT_NE(log_s.find("update skipped (2 skipped so far, 2 in a row)"), std::string::npos) << log_s;
   EXPECT_EQ(log_s.find("rolled back"), std::string::npos) << log_s;
-  EXPECT_EQ(read_json(s / "summary.json")["skipped_steps"], 2);
+  EXPECT_EQ(test::read_json((s / "summary.json").string())["skipped_steps"], 2);
   const std::vector<std::string> skip = metrics_field(s / "metrics.jsonl", "loss");
   ASSERT_EQ(skip.size(), 8u);
   for (size_t i = 0; i < 5; i++) EXPECT_EQ(skip[i], straight[i]) << "steps before the bad ones are untouched";
@@ -614,7 +588,7 @@ TEST(Checkpoint, NanStepsAreSkippedThenRolledBack) {
                        ckpt::step_dir((r / "checkpoints").string(), 4) + " (step 4)"),
             std::string::npos)
       << log_r;
-  EXPECT_EQ(metric_steps(r), (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8}))
+  EXPECT_EQ(metrics_numbers(r / "metrics.jsonl", "step"), (std::vector<double>{1, 2, 3, 4, 5, 6, 7, 8}))
       << "rows after the rollback point "
          "are replaced";
   const std::vector<std::string> rolled = metrics_field(r / "metrics.jsonl", "loss");
@@ -629,7 +603,7 @@ TEST(Checkpoint, NanStepsAreSkippedThenRolledBack) {
   EXPECT_EQ(ev["event"], "rollback");
   EXPECT_EQ(ev["to_step"], 4);
   EXPECT_EQ(ev["skipped_data_steps"], 4);
-  EXPECT_EQ(read_json(r / "summary.json")["skipped_steps"], 3);
+  EXPECT_EQ(test::read_json((r / "summary.json").string())["skipped_steps"], 3);
   const nlohmann::json st = ckpt::Checkpoint::open(ckpt::step_dir((r / "checkpoints").string(), 8)).state();
   EXPECT_EQ(st["data_step"], 13) << "12 steps' batches drawn: the resumed run continues after them";
   EXPECT_EQ(st["rollbacks"], 1);
@@ -649,7 +623,7 @@ TEST(Checkpoint, NanStepsAreSkippedThenRolledBack) {
   const std::string log_z = test::read_text((fx.dir / "z.log").string());
   EXPECT_NE(log_z.find("step 6: loss spike (z = "), std::string::npos) << log_z;
   EXPECT_NE(log_z.find("update skipped (1 skipped so far, 1 in a row)"), std::string::npos) << log_z;
-  EXPECT_EQ(read_json(z / "summary.json")["skipped_steps"], 1);
+  EXPECT_EQ(test::read_json((z / "summary.json").string())["skipped_steps"], 1);
   const std::vector<std::string> spike = metrics_field(z / "metrics.jsonl", "loss");
   for (size_t i = 0; i < 5; i++) EXPECT_EQ(spike[i], straight[i]) << "no spike called before step 6";
 }
@@ -680,8 +654,8 @@ TEST(Checkpoint, FailedSavesWarnOrStopCleanly) {
       << log_s;
   EXPECT_NE(log_s.find("no checkpoint of this run completed"), std::string::npos) << log_s;
   // Asynchronous: the failure is known at the first step boundary after the write ended.
-  EXPECT_GE(metric_steps(s).size(), 4u);
-  EXPECT_LT(metric_steps(s).size(), 8u);
+  EXPECT_GE(metrics_numbers(s / "metrics.jsonl", "step").size(), 4u);
+  EXPECT_LT(metrics_numbers(s / "metrics.jsonl", "step").size(), 8u);
 }
 
 // A real full file system: checkpoints go to a 1.8 MB tmpfs that holds step 4's checkpoint but not also step

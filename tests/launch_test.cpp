@@ -46,25 +46,13 @@ class Launch : public ::testing::Test {
   // A TRAIN.json for run `name` (output in dir/name, checkpoints every 2 steps, 8 steps), written to
   // dir/name.json.
   static std::string config(const std::string& name) {
-    const std::string text = R"({"model": {"config": ")" + (dir / "model.json").string() +
-                             R"(", "seed": 5},
-      "data": {"train": ")" + (dir / "data.train").string() +
-                             R"(", "val": ")" + (dir / "data.val").string() + R"("},
-      "optim": {"lr": 0.01, "schedule": {"kind": "cosine", "warmup_steps": 2}, "balancer": {"rule": "rprop"}},
-      "batch": {"micro_batch": 2, "seq_len": 32, "grad_accum": 2}, "steps": 8, "eval": {"every": 0, "batches": 1},
-      "out": ")" + (dir / name).string() +
-                             R"(", "save_dtype": "fp32", "sample": {"max_new_tokens": 0},
-      "checkpoint": {"every": 2, "keep_last": 3}})";
+    const std::string text = test::tiny_train_json(dir, dir / name, 5, 2, 2, 3);
     const std::string path = (dir / (name + ".json")).string();
     std::ofstream(path) << text;
     return path;
   }
 
-  // Runs a shell command line with its output in `log`; returns the exit status (-1 when signalled).
-  static int run(const std::string& cmd, const std::string& log) {
-    const int st = std::system((cmd + " > '" + log + "' 2>&1").c_str());
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  }
+  static int run(const std::string& cmd, const std::string& log) { return test::run_shell(cmd, log); }
 
   // A bash command that runs `train` with `fault_env` the first time (marker file absent) and without it
   // after, single-quoted for the shell.

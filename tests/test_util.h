@@ -1,8 +1,11 @@
 // Helpers shared by the test binaries: locating test data, reading raw .bin dumps and JSON.
 #pragma once
 
+#include <sys/wait.h>
+
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -34,6 +37,12 @@ inline nlohmann::json read_json(const std::string& path) {
   std::stringstream ss;
   ss << f.rdbuf();
   return nlohmann::json::parse(ss.str());
+}
+
+// Runs a shell command line with stdout and stderr in `log`; the exit status, or -1 when it was signalled.
+inline int run_shell(const std::string& cmd, const std::string& log) {
+  const int st = std::system((cmd + " > '" + log + "' 2>&1").c_str());
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
 inline std::string read_text(const std::string& path) {

@@ -47,4 +47,27 @@ inline void write_tiny_training_dir(const std::filesystem::path& dir, int senten
   std::ofstream(dir / "model.json") << kTinyModel;
 }
 
+// TRAIN.json text for the tiny run of `dir` (write_tiny_training_dir) writing to `out`: 8 steps of
+// micro_batch x 32 tokens x 2 accumulated, fp32, cosine schedule, the rprop controller, no validation
+// during the run and no sample; checkpoints every `ckpt_every` steps keeping `keep_last`.
+// `checkpoint_extra` continues the "checkpoint" object (", \"async\": false"), `top_extra` the top level.
+inline std::string tiny_train_json(const std::filesystem::path& dir, const std::filesystem::path& out,
+                                   int seed, int micro_batch, int ckpt_every, int keep_last,
+                                   const std::string& checkpoint_extra = "",
+                                   const std::string& top_extra = "") {
+  return R"({"model": {"config": ")" + (dir / "model.json").string() + R"(", "seed": )" +
+         std::to_string(seed) +
+         R"(},
+      "data": {"train": ")" +
+         (dir / "data.train").string() + R"(", "val": ")" + (dir / "data.val").string() + R"("},
+      "optim": {"lr": 0.01, "schedule": {"kind": "cosine", "warmup_steps": 2}, "balancer": {"rule": "rprop"}},
+      "batch": {"micro_batch": )" +
+         std::to_string(micro_batch) + R"(, "seq_len": 32, "grad_accum": 2}, "steps": 8,
+      "eval": {"every": 0, "batches": 1}, "out": ")" +
+         out.string() + R"(", "save_dtype": "fp32", "sample": {"max_new_tokens": 0},
+      "checkpoint": {"every": )" +
+         std::to_string(ckpt_every) + R"(, "keep_last": )" + std::to_string(keep_last) + checkpoint_extra +
+         "}" + top_extra + "}";
+}
+
 }  // namespace zaya::test
