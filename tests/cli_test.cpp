@@ -53,7 +53,8 @@ TEST(Cli, ForwardWritesTheParityContract) {
 
 TEST(Cli, GenerateJsonEqualsGolden) {
   const std::string g = zaya::test::golden_dir();
-  Proc r = run("generate --model " + g + " --input " + g + "/inputs.json --max-new-tokens 16 --greedy --json");
+  Proc r =
+      run("generate --model " + g + " --input " + g + "/inputs.json --max-new-tokens 16 --greedy --json");
   ASSERT_EQ(r.status, 0) << r.out;
   auto want = zaya::test::read_json(g + "/expected.json")["generation"]["new_tokens"];
   auto line_start = r.out.find("{\"new_tokens\"");
@@ -78,4 +79,68 @@ TEST(Cli, BadInputGetsAClearError) {
   r = run("frobnicate");
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.out.find("unknown command"), std::string::npos);
+}
+
+// Legacy-layout checkpoints run with the semantics of the code they were released with (spec §8.4) by
+// default, and with the native (Hugging Face) semantics under --semantics native. In both references the
+// skip class is live (legacy: skips per layer [25, 8, 14, 12]), so the two semantics give logits ~2.5 apart.
+TEST(Cli, LegacyCheckpointsDefaultToLegacySemantics) {
+  const std::string out = tmp("zaya_cli_legacy.safetensors");
+  int skips_seen = 0;
+  for (const char* name : {"ref_legacy_8b", "ref_legacy_base"}) {
+    SCOPED_TRACE(name);
+    const std::string d = zaya::test::data_dir() + "/" + name;
+    for (const std::string sem : {"", "legacy", "native"}) {
+      SCOPED_TRACE("--semantics " + sem);
+      const std::string suffix = sem == "native" ? "" : "_legacy";
+      Proc r = run("forward --model " + d + " --input " + d + "/inputs" + suffix + ".json --output " + out +
+                   (sem.empty() ? "" : " --semantics " + sem));
+      ASSERT_EQ(r.status, 0) << r.out;
+      auto f = zaya::SafetensorsFile::open(out);
+      auto want = zaya::test::read_json(d + "/expected" + suffix + ".json");
+      std::vector<float> logits = zaya::test::read_f32(d + "/logits" + suffix + ".bin");
+      ASSERT_EQ(size_t(f.tensor("logits").numel()), logits.size());
+      const double diff = zaya::test::max_abs_diff(f.tensor("logits").f32(), logits.data(), logits.size());
+      std::printf("%s --semantics '%s': max |logit diff| %.3g\n", name, sem.c_str(), diff);
+      // Measured <= 1.01e-5 against the fp32 reference (both semantics, Zen 5); the semantics differ by 2.9.
+      EXPECT_LT(diff, 5e-5);
+      EXPECT_NEAR(f.tensor("loss").f32()[0], want["loss"].get<double>(), 1e-5);
+      // Expert choices (index E = skip) equal the reference's exactly.
+      const auto& choice = want["router"]["choice_with_skip"];
+      const zaya::Tensor got = f.tensor("router.choice");
+      const int32_t* c = got.i32();
+      size_t i = 0, skips = 0;
+      for (const auto& layer : choice)
+        for (const auto& row : layer)
+          for (const auto& pos : row) {
+            ASSERT_LT(i, size_t(got.numel()));
+            EXPECT_EQ(c[i], pos[0].get<int32_t>()) << "choice " << i;
+            skips += pos[0].get<int32_t>() == 8;  // E = 8 experts: index 8 is the skip class
+            i++;
+          }
+      EXPECT_EQ(i, size_t(got.numel()));
+      EXPECT_GT(skips, 0u) << "the skip class must be live for the semantics to differ";
+      skips_seen += int(skips);
+    }
+    // Greedy generation through the cache also follows the checkpoint's own (legacy) semantics by default.
+    Proc g = run("generate --model " + d + " --input " + d +
+                 "/inputs_legacy.json --max-new-tokens 16 --greedy --json");
+    ASSERT_EQ(g.status, 0) << g.out;
+    const size_t at = g.out.find("{\"new_tokens\"");
+    ASSERT_NE(at, std::string::npos) << g.out;
+    auto got = nlohmann::json::parse(g.out.substr(at, g.out.find('\n', at) - at));
+    EXPECT_EQ(got["new_tokens"],
+              zaya::test::read_json(d + "/expected_legacy.json")["generation"]["new_tokens"]);
+  }
+  EXPECT_GT(skips_seen, 0);
+  // A native checkpoint has no legacy code to reproduce.
+  const std::string g = zaya::test::golden_dir();
+  Proc r =
+      run("forward --model " + g + " --input " + g + "/inputs.json --output " + out + " --semantics legacy");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("legacy semantics were requested"), std::string::npos) << r.out;
+  r = run("forward --model " + g + " --input " + g + "/inputs.json --output " + out + " --semantics old");
+  EXPECT_NE(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("--semantics"), std::string::npos) << r.out;
+  std::filesystem::remove(out);
 }

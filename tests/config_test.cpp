@@ -90,6 +90,48 @@ TEST(Config, LegacyStyles) {
   EXPECT_EQ(b.layout, CheckpointLayout::LegacyBase);
 }
 
+// Semantics (spec §8.4): each layout's own by default; a config written by zaya (init, export, training)
+// records legacy semantics, so the model loads the way it was trained; a native config has no legacy code.
+TEST(Config, SemanticsFollowTheCheckpointAndRoundTrip) {
+  ZayaConfig a = load_config(test::data_dir() + "/ref_legacy_8b/config.json");
+  ZayaConfig b = load_config(test::data_dir() + "/ref_legacy_base/config.json");
+  ZayaConfig g = load_config(test::golden_dir() + "/config.json");
+  EXPECT_EQ(a.semantics, Semantics::Legacy);
+  EXPECT_TRUE(a.skip_passthrough);
+  EXPECT_EQ(a.router_eps(), a.rms_norm_eps);  // 8B-legacy: norm_epsilon
+  EXPECT_EQ(b.semantics, Semantics::Legacy);
+  EXPECT_TRUE(b.skip_passthrough);
+  EXPECT_EQ(b.router_eps(), 1e-6);  // ZAYA1-base: the unset key's fallback
+  EXPECT_NE(b.rms_norm_eps, 1e-6);
+  EXPECT_EQ(g.semantics, Semantics::Native);
+  EXPECT_FALSE(g.skip_passthrough);
+  EXPECT_EQ(g.router_eps(), g.rms_norm_eps);
+
+  ZayaConfig b_native = b;
+  apply_semantics(b_native, Semantics::Native, "b");
+  EXPECT_FALSE(b_native.skip_passthrough);
+  EXPECT_EQ(b_native.router_eps(), b.rms_norm_eps);
+  apply_semantics(b_native, Semantics::Auto, "b");  // Auto = the checkpoint's own, even after an override
+  EXPECT_EQ(b_native.semantics, Semantics::Legacy);
+
+  // Written in the native layout, the legacy semantics travel in the config.
+  ZayaConfig rt = parse_config(config_to_json(b), "rt.json");
+  EXPECT_EQ(rt.layout, CheckpointLayout::Native);
+  EXPECT_EQ(rt.semantics, Semantics::Legacy);
+  EXPECT_TRUE(rt.skip_passthrough);
+  EXPECT_EQ(rt.router_eps(), 1e-6);
+  apply_semantics(b, Semantics::Native, "b");
+  ZayaConfig rt_native = parse_config(config_to_json(b), "rt.json");
+  EXPECT_EQ(rt_native.semantics, Semantics::Native);
+  EXPECT_EQ(config_to_json(b).find("zaya_semantics"), std::string::npos);
+
+  expect_error([&] { apply_semantics(g, Semantics::Legacy, "golden/config.json"); },
+               {"golden/config.json", "legacy semantics were requested"});
+  expect_error([] { parse_semantics("old", "--semantics"); }, {"--semantics", "old", "native", "legacy"});
+  expect_error([] { parse_config(with_field("zaya_semantics", "\"old\""), "cfg.json"); },
+               {"cfg.json", "zaya_semantics", "old"});
+}
+
 TEST(Config, BadFieldsAreNamed) {
   auto parse = [](const std::string& text) { return [text] { parse_config(text, "cfg.json"); }; };
   expect_error(parse("{"), {"cfg.json", "JSON"});

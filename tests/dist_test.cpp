@@ -248,35 +248,45 @@ void expect_same_training(const std::string& name, const std::string& optim, con
   // Only rank 0 prints; every rank logs to its own file.
   EXPECT_TRUE(fs::exists(fx.dir / (name + "_logs") / "rank1.log"));
 
+  // The promise is closeness, not bitwise equality: two ranks sum the gradient in another order than one
+  // process, so every figure carries float rounding noise. Measured (Zen 5; OPENBLAS_CORETYPE=Haswell and
+  // unset, ONEDNN_MAX_CPU_ISA default and AVX512_CORE; the four runs below): relative loss difference
+  // <= 1.6e-8, gradient norm <= 2.6e-7, final parameters <= 2.7e-6 relative Frobenius per tensor. Bars: 1e-7,
+  // 1e-6, 1e-5. Parameters are compared per tensor by relative Frobenius norm, not max-abs: single entries
+  // with near-zero gradients carry most of the noise (see kAllAdamW).
   auto m1 = metrics(fx.dir / (name + "_np1")), m2 = metrics(fx.dir / (name + "_np2"));
   ASSERT_EQ(m1.size(), 20u);
   ASSERT_EQ(m2.size(), 20u);
   double max_loss = 0, max_norm = 0;
   for (size_t s = 0; s < m1.size(); s++) {
-    max_loss = std::max(max_loss, std::fabs(m1[s]["loss"].get<double>() - m2[s]["loss"].get<double>()));
-    max_norm =
-        std::max(max_norm, std::fabs(m1[s]["grad_norm"].get<double>() - m2[s]["grad_norm"].get<double>()));
+    const double dl = test::rel_diff(m2[s]["loss"].get<double>(), m1[s]["loss"].get<double>());
+    const double dn = test::rel_diff(m2[s]["grad_norm"].get<double>(), m1[s]["grad_norm"].get<double>());
+    EXPECT_LE(dl, 1e-7) << "step " << s + 1 << ": relative loss difference";
+    EXPECT_LE(dn, 1e-6) << "step " << s + 1 << ": relative gradient-norm difference";
+    max_loss = std::max(max_loss, dl);
+    max_norm = std::max(max_norm, dn);
     EXPECT_EQ(m1[s]["expert_counts"], m2[s]["expert_counts"]) << "step " << s + 1;
   }
-  EXPECT_LE(max_loss, 1e-5);
-  EXPECT_LE(max_norm, 1e-4);
   EXPECT_LT(m2.back()["loss"].get<double>(), m2.front()["loss"].get<double>());
 
-  ZayaModel a = ZayaModel::load((fx.dir / (name + "_np1") / "model").string(), {DType::F32, false});
-  ZayaModel b = ZayaModel::load((fx.dir / (name + "_np2") / "model").string(), {DType::F32, false});
+  ZayaModel a = ZayaModel::load((fx.dir / (name + "_np1") / "model").string(), {DType::F32});
+  ZayaModel b = ZayaModel::load((fx.dir / (name + "_np2") / "model").string(), {DType::F32});
   auto pa = named_params(a.cfg, a.w), pb = named_params(b.cfg, b.w);
   ASSERT_EQ(pa.size(), pb.size());
   double max_param = 0;
+  std::string worst;
   for (size_t i = 0; i < pa.size(); i++) {
-    const float *x = pa[i].slot->f32(), *y = pb[i].slot->f32();
-    for (int64_t k = 0; k < pa[i].slot->numel(); k++)
-      max_param = std::max(max_param, double(std::fabs(x[k] - y[k])));
+    ASSERT_EQ(pa[i].slot->numel(), pb[i].slot->numel()) << pa[i].name;
+    const double d =
+        test::rel_frobenius_diff(pb[i].slot->f32(), pa[i].slot->f32(), size_t(pa[i].slot->numel()));
+    EXPECT_LE(d, 1e-5) << pa[i].name << ": relative Frobenius difference of the final parameters";
+    if (!(d <= max_param)) max_param = d, worst = pa[i].name;
   }
-  EXPECT_LE(max_param, 1e-5);
   std::printf(
-      "[%s] 20 steps, -np 2 vs single process: max |loss diff| %.3g, max |grad-norm diff| %.3g, max |param "
-      "diff| %.3g\n",
-      name.c_str(), max_loss, max_norm, max_param);
+      "[%s] 20 steps, -np 2 vs single process: max relative loss diff %.3g, grad-norm diff %.3g, max "
+      "relative "
+      "Frobenius param diff %.3g (%s)\n",
+      name.c_str(), max_loss, max_norm, max_param, worst.c_str());
 
   // ZeRO-1: each rank holds half of the single-process optimizer state (+ its step counter).
   auto s1 = test::read_json((fx.dir / (name + "_np1") / "summary.json").string());
@@ -291,10 +301,16 @@ void expect_same_training(const std::string& name, const std::string& optim, con
   }
 }
 
+// AdamW's eps is 1e-6 in these runs, not 1e-8: an update g / (|g| + eps) moves by up to lr / eps times the
+// gradient's rounding noise, and the gradients of this tiny model have entries of ~1e-10, so with 1e-8 one
+// such entry's summation-order noise (4.0e-10 vs 1.7e-10, measured) moved a 1024-entry tensor by 3.5e-5
+// relative after one step. That measures AdamW's amplification, not data parallelism; with 1e-6 it is 1e3
+// and the runs agree to ~1e-6.
 const char* kAllAdamW =
-    R"({"lr": 0.003, "grad_clip": 1.0, "schedule": {"kind": "cosine", "warmup_steps": 3},
+    R"({"lr": 0.003, "grad_clip": 1.0, "schedule": {"kind": "cosine", "warmup_steps": 3}, "adamw": {"eps": 1e-6},
   "groups": {"matrix": {"optimizer": "adamw"}, "expert": {"optimizer": "adamw"}}})";
-const char* kMuon = R"({"lr": 0.003, "grad_clip": 1.0, "schedule": {"kind": "cosine", "warmup_steps": 3}})";
+const char* kMuon =
+    R"({"lr": 0.003, "grad_clip": 1.0, "schedule": {"kind": "cosine", "warmup_steps": 3}, "adamw": {"eps": 1e-6}})";
 
 TEST(DistTrain, MpirunTwoRanksMatchesOneProcessAdamW) {
   expect_same_training("plain", kAllAdamW, R"({"micro_batch": 4, "seq_len": 32})");

@@ -37,7 +37,7 @@ struct GradRun {
 GradRun run_case(const std::string& dir, bool legacy = false, const std::string& suffix = "") {
   GradRun r;
   LoadOptions lo;
-  lo.legacy_semantics = legacy;
+  lo.semantics = legacy ? Semantics::Legacy : Semantics::Native;
   r.model = ZayaModel::load(dir, lo);
   r.in = load_model_inputs(dir + "/inputs" + suffix + ".json");
   EXPECT_FALSE(r.in.targets.empty());
@@ -529,7 +529,7 @@ TEST(Grad, RecomputeGivesBitwiseIdenticalGradients) {
       SCOPED_TRACE(rc.dir + rc.suffix + (dt == DType::BF16 ? " bf16" : " fp32"));
       LoadOptions lo;
       lo.compute = dt;
-      lo.legacy_semantics = rc.legacy;
+      lo.semantics = rc.legacy ? Semantics::Legacy : Semantics::Native;
       ZayaModel model = ZayaModel::load(rc.dir, lo);
       ModelInputs in = load_model_inputs(rc.dir + "/inputs" + rc.suffix + ".json");
       RecomputeRun off = run_recompute(model, in, false);

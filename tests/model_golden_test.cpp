@@ -28,13 +28,15 @@ struct Case {
   nlohmann::json expected;
 };
 
-Case load_case(const std::string& dir, const std::string& weights = "", bool legacy = false) {
+// Semantics Auto follows the checkpoint (legacy layouts: legacy); the expectation set follows the semantics
+// the model resolved to.
+Case load_case(const std::string& dir, const std::string& weights = "", Semantics sem = Semantics::Native) {
   Case c;
   c.dir = dir;
-  c.suffix = legacy ? "_legacy" : "";
   LoadOptions lo;
-  lo.legacy_semantics = legacy;
+  lo.semantics = sem;
   c.model = ZayaModel::load(weights.empty() ? dir : dir + "/" + weights, lo);
+  c.suffix = c.model.cfg.semantics == Semantics::Legacy ? "_legacy" : "";
   c.in = load_model_inputs(dir + "/inputs" + c.suffix + ".json");
   c.expected = test::read_json(dir + "/expected" + c.suffix + ".json");
   return c;
@@ -187,12 +189,28 @@ TEST(GoldenForward, LegacySemanticsMatchReference) {
   int cases = 0;
   for (const auto& dir : case_dirs()) {
     if (!std::filesystem::exists(dir + "/expected_legacy.json")) continue;
-    Case c = load_case(dir, "", /*legacy=*/true);
+    Case c = load_case(dir, "", Semantics::Legacy);
     check_forward(c);
     if (c.expected.contains("generation")) check_generation(c, 0);
     cases++;
   }
   EXPECT_GE(cases, 2) << "expected the ref_legacy_8b and ref_legacy_base cases";
+}
+
+// A legacy-layout checkpoint loaded without a choice runs the semantics of the code it was released with.
+TEST(GoldenForward, LegacyLayoutsDefaultToLegacySemantics) {
+  for (const char* name : {"ref_legacy_8b", "ref_legacy_base"}) {
+    SCOPED_TRACE(name);
+    Case c = load_case(test::data_dir() + "/" + name, "", Semantics::Auto);
+    EXPECT_EQ(c.model.cfg.semantics, Semantics::Legacy);
+    EXPECT_TRUE(c.model.cfg.skip_passthrough);
+    ASSERT_EQ(c.suffix, "_legacy");
+    check_forward(c);
+  }
+  // A native checkpoint defaults to native semantics.
+  Case g = load_case(test::golden_dir(), "", Semantics::Auto);
+  EXPECT_EQ(g.model.cfg.semantics, Semantics::Native);
+  EXPECT_FALSE(g.model.cfg.skip_passthrough);
 }
 
 // Legacy-layout checkpoints under native semantics reproduce the golden (official) outputs exactly.

@@ -77,6 +77,49 @@ TEST(Train, EndToEndOnRealFiles) {
   fs::remove_all(fx.dir);
 }
 
+// A legacy checkpoint continues training with the semantics of the code it was released with (spec §8.4)
+// unless model.semantics says otherwise, and the saved model records the semantics it trained with, so it
+// loads back the same way.
+TEST(Train, LegacyInitTrainsWithItsOwnSemanticsAndRecordsThem) {
+  Fixture fx;
+  const std::string legacy_dir = test::data_dir() + "/ref_legacy_8b";  // vocab 512, like the tiny tokenizer
+  for (const std::string sem : {"", "native", "legacy"}) {
+    SCOPED_TRACE("model.semantics '" + sem + "'");
+    auto j = nlohmann::json::parse(fx.train_json());
+    j["model"] = {{"init_from", legacy_dir}};
+    if (!sem.empty()) j["model"]["semantics"] = sem;
+    j["steps"] = 3;
+    j["eval"] = {{"every", 0}};
+    j["sample"] = {{"max_new_tokens", 0}};
+    train::TrainConfig c = train::parse_train_config(j.dump(), "train.json");
+    const bool legacy = sem != "native";
+    EXPECT_EQ(c.model.semantics, legacy ? Semantics::Legacy : Semantics::Native);
+    EXPECT_EQ(c.model.skip_passthrough, legacy);
+    train::TrainSummary s = train::run_training(c);
+    EXPECT_EQ(s.steps, 3);
+    EXPECT_TRUE(std::isfinite(s.final_train_loss));
+    const std::string saved = (fx.dir / "run" / "model").string();
+    EXPECT_EQ(
+        test::read_text(saved + "/config.json").find("\"zaya_semantics\": \"legacy\"") != std::string::npos,
+        legacy);
+    ZayaModel m = ZayaModel::load(saved);
+    EXPECT_EQ(m.cfg.semantics, legacy ? Semantics::Legacy : Semantics::Native);
+    EXPECT_EQ(m.cfg.router_eps(), c.model.router_eps());
+    fs::remove_all(fx.dir / "run");
+  }
+  auto j = nlohmann::json::parse(fx.train_json());
+  j["model"]["semantics"] = "legacy";  // the tiny config is native: no legacy code ran it
+  EXPECT_THROW(train::parse_train_config(j.dump(), "train.json"), Error);
+  j["model"]["semantics"] = "old";
+  try {
+    train::parse_train_config(j.dump(), "train.json");
+    ADD_FAILURE() << "expected an error naming model.semantics";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model.semantics"), std::string::npos) << e.what();
+  }
+  fs::remove_all(fx.dir);
+}
+
 TEST(Train, ConfigErrorsNameTheField) {
   Fixture fx;
   auto expect_error = [&](const std::string& text, const std::string& part) {

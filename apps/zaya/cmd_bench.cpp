@@ -20,6 +20,7 @@
 #include "model/zaya-flops.h"
 #include "model/zaya-init.h"
 #include "model/zaya.h"
+#include "semantics_option.h"
 #include "train/clip.h"
 #include "train/optimizer.h"
 #include "train/param_groups.h"
@@ -51,15 +52,17 @@ nlohmann::json result_json(const char* bench, const std::string& dtype, const za
 }
 
 int bench_forward(const std::string& model_dir, const std::string& config, int64_t B, int64_t S,
-                  const std::string& dtype, int repeats, uint64_t seed) {
+                  const std::string& dtype, int repeats, uint64_t seed, zaya::Semantics semantics) {
   const zaya::DType dt = dtype == "bf16" ? zaya::DType::BF16 : zaya::DType::F32;
   zaya::ZayaModel model;
   if (!model_dir.empty()) {
     zaya::LoadOptions lo;
     lo.compute = dt;
+    lo.semantics = semantics;
     model = zaya::ZayaModel::load(model_dir, lo);
   } else {
     model.cfg = zaya::load_config(config);
+    zaya::apply_semantics(model.cfg, semantics, config);
     model.w = zaya::init_weights(model.cfg, dt, seed);
   }
   const auto& c = model.cfg;
@@ -106,10 +109,11 @@ double peak_rss_mb() {
 // not model FLOPs: they show as lower tokens/s and MFU). recompute: ForwardOptions::recompute.
 int bench_train(const std::string& model_dir, const std::string& config, int64_t B, int64_t S,
                 const std::string& dtype, int steps, uint64_t seed, const std::string& optimizer,
-                bool recompute) {
+                bool recompute, zaya::Semantics semantics) {
   const zaya::DType dt = dtype == "bf16" ? zaya::DType::BF16 : zaya::DType::F32;
   zaya::ZayaConfig cfg =
       model_dir.empty() ? zaya::load_config(config) : zaya::load_config(model_dir + "/config.json");
+  zaya::apply_semantics(cfg, semantics, model_dir.empty() ? config : model_dir + "/config.json");
   zaya::train::TrainModel tm = zaya::train::TrainModel::create(cfg, model_dir, seed, dt);
   zaya::train::OptimConfig oc;
   oc.lr = 1e-4f;
@@ -327,6 +331,8 @@ int cmd_bench(int argc, char** argv) {
   fwd->add_option("--dtype", dtype, "GEMM dtype")->check(CLI::IsMember({"fp32", "bf16"}));
   fwd->add_option("--repeats", repeats, "timed runs after one warm-up (median reported)");
   fwd->add_option("--seed", seed, "weights/tokens seed");
+  zaya::app::SemanticsOption f_sem, t_sem;
+  zaya::app::add_semantics_option(*fwd, f_sem);
   auto* trn =
       app.add_subcommand("train", "full training steps (forward, backward, optimizer) on random tokens");
   std::string t_model, t_config, t_dtype = "fp32";
@@ -340,6 +346,7 @@ int cmd_bench(int argc, char** argv) {
   trn->add_option("--steps", t_steps, "timed steps after one warm-up (median reported)");
   trn->add_option("--dtype", t_dtype, "GEMM dtype")->check(CLI::IsMember({"fp32", "bf16"}));
   trn->add_option("--seed", seed, "weights/tokens seed");
+  zaya::app::add_semantics_option(*trn, t_sem);
   trn->add_option("--optimizer", t_optim,
                   "adamw (every parameter, like the PyTorch baseline) or zaya (Muon split)")
       ->check(CLI::IsMember({"adamw", "zaya"}));
@@ -368,13 +375,13 @@ int cmd_bench(int argc, char** argv) {
   if (trn->parsed()) {
     ZAYA_CHECK(!t_model.empty() || !t_config.empty(), "zaya bench train needs --model DIR or --config FILE");
     ZAYA_CHECK(tB > 0 && tS > 0 && t_steps > 0, "--batch, --seq and --steps must be positive");
-    return bench_train(t_model, t_config, tB, tS, t_dtype, t_steps, seed, t_optim, t_recompute);
+    return bench_train(t_model, t_config, tB, tS, t_dtype, t_steps, seed, t_optim, t_recompute, t_sem.get());
   }
   if (fwd->parsed()) {
     ZAYA_CHECK(!model_dir.empty() || !config.empty(),
                "zaya bench forward needs --model DIR or --config FILE");
     ZAYA_CHECK(B > 0 && S > 0 && repeats > 0, "--batch, --seq and --repeats must be positive");
-    return bench_forward(model_dir, config, B, S, dtype, repeats, seed);
+    return bench_forward(model_dir, config, B, S, dtype, repeats, seed, f_sem.get());
   }
   return 2;
 }

@@ -21,10 +21,26 @@
 
 namespace {
 
-// The model config of checkpoint `ck`: from --model-config when given, else from its saved TRAIN.json.
+// The model config of checkpoint `ck`: from --model-config when given, else from its saved TRAIN.json. Either
+// way with the semantics the run trained with (TRAIN.json's model.semantics, spec §8.4), which config.json
+// records when legacy.
 zaya::ZayaConfig config_of(const zaya::ckpt::Checkpoint& ck, const std::string& model_config) {
-  if (!model_config.empty()) return zaya::load_config(model_config);
   const nlohmann::json& st = ck.state();
+  if (!model_config.empty()) {
+    zaya::ZayaConfig c = zaya::load_config(model_config);
+    std::string semantics = "auto";
+    if (st.is_object() && st.contains("train_config")) {
+      const nlohmann::json& tc = st["train_config"];
+      const nlohmann::json j =
+          tc.is_string() ? nlohmann::json::parse(tc.get<std::string>(), nullptr, false) : tc;
+      if (j.is_object() && j.contains("model") && j["model"].is_object() &&
+          j["model"].contains("semantics") && j["model"]["semantics"].is_string())
+        semantics = j["model"]["semantics"].get<std::string>();
+    }
+    zaya::apply_semantics(c, zaya::parse_semantics(semantics, ck.dir() + ": the run's model.semantics"),
+                          model_config);
+    return c;
+  }
   ZAYA_CHECK(
       st.is_object() && st.contains("train_config"), ck.dir(),
       ": the checkpoint's state has no 'train_config' (not written by `zaya train`?); pass the model's "

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "io/model_inputs.h"
 #include "model/generate.h"
+#include "semantics_option.h"
 #include "tokenizer/tokenizer.h"
 
 namespace {
@@ -19,7 +20,8 @@ int cmd_generate(int argc, char** argv) {
   std::string model_dir, input, prompt, tokenizer_path, dtype = "fp32";
   zaya::GenerateOptions go;
   go.max_new_tokens = -1;
-  bool greedy = false, json_out = false, ignore_eos = false, legacy = false, no_special = false;
+  bool greedy = false, json_out = false, ignore_eos = false, no_special = false;
+  zaya::app::SemanticsOption semantics;
   app.add_option("--model", model_dir, "HF checkpoint directory")->required();
   auto* in_opt = app.add_option("--input", input, "INPUTS.json; generates for generation.prompt_ids");
   app.add_option("--prompt", prompt, "prompt text (needs a tokenizer)")->excludes(in_opt);
@@ -36,7 +38,7 @@ int cmd_generate(int argc, char** argv) {
   app.add_flag("--json", json_out, "print {\"new_tokens\": [[...]]} (and \"text\" with a tokenizer)");
   app.add_flag("--no-special", no_special, "do not add <bos> when encoding --prompt");
   app.add_option("--dtype", dtype, "GEMM compute dtype")->check(CLI::IsMember({"fp32", "bf16"}));
-  app.add_flag("--legacy-semantics", legacy, "legacy checkpoints: skip passthrough");
+  zaya::app::add_semantics_option(app, semantics);
   CLI11_PARSE(app, argc, argv);
   ZAYA_CHECK(!input.empty() || !prompt.empty(), "zaya generate needs --input INPUTS.json or --prompt TEXT");
 
@@ -45,7 +47,7 @@ int cmd_generate(int argc, char** argv) {
   go.stop_at_eos = !ignore_eos;
   zaya::LoadOptions lo;
   lo.compute = dtype == "bf16" ? zaya::DType::BF16 : zaya::DType::F32;
-  lo.legacy_semantics = legacy;
+  lo.semantics = semantics.get();
   auto t_load = std::chrono::steady_clock::now();
   zaya::ZayaModel model = zaya::ZayaModel::load(model_dir, lo);
   std::fprintf(stderr, "load: %.3f s (%.3f B parameters, %s GEMMs)\n",

@@ -240,11 +240,57 @@ ZayaConfig parse_config(const std::string& text, const std::string& src) {
     parse_legacy(r, c);
   else
     parse_native(r, c);
+  // The semantics the checkpoint was released (or trained, for a zaya export) with: spec §8.4.
+  if (legacy) {
+    c.own_semantics = Semantics::Legacy;
+    // Item 2: the ZAYA1-base code reads an unset key and falls back to 1e-6; 8B-legacy uses norm_epsilon.
+    c.legacy_router_norm_eps = c.layout == CheckpointLayout::LegacyBase ? 1e-6 : c.rms_norm_eps;
+  } else {
+    const std::string recorded = r.str("zaya_semantics", "native");
+    ZAYA_CHECK(recorded == "native" || recorded == "legacy", src, ": field 'zaya_semantics' is '", recorded,
+               "'; expected \"native\" or \"legacy\"");
+    c.own_semantics = recorded == "legacy" ? Semantics::Legacy : Semantics::Native;
+    if (c.own_semantics == Semantics::Legacy) {
+      c.legacy_router_norm_eps = r.f64("zaya_router_norm_eps", c.rms_norm_eps);
+      ZAYA_CHECK(c.legacy_router_norm_eps > 0, src, ": field 'zaya_router_norm_eps' must be positive");
+    }
+  }
+  apply_semantics(c, Semantics::Auto, src);
   c.pad_token_id = r.i64("pad_token_id", 0);
   c.bos_token_id = r.i64("bos_token_id", 2);
   c.eos_token_ids = parse_eos(r);
   c.validate(src);
   return c;
+}
+
+const char* semantics_name(Semantics s) {
+  switch (s) {
+    case Semantics::Auto:
+      return "auto";
+    case Semantics::Native:
+      return "native";
+    case Semantics::Legacy:
+      return "legacy";
+  }
+  return "?";
+}
+
+Semantics parse_semantics(const std::string& name, const std::string& what) {
+  if (name == "auto") return Semantics::Auto;
+  if (name == "native") return Semantics::Native;
+  if (name == "legacy") return Semantics::Legacy;
+  fail(str_cat(what, " is '", name, "'; expected auto (the checkpoint's own), native or legacy"));
+}
+
+void apply_semantics(ZayaConfig& cfg, Semantics s, const std::string& src) {
+  if (s == Semantics::Auto) s = cfg.own_semantics;
+  const bool released_legacy = cfg.layout != CheckpointLayout::Native || cfg.legacy_router_norm_eps > 0;
+  ZAYA_CHECK(
+      s != Semantics::Legacy || released_legacy, src,
+      ": legacy semantics were requested but the config is a native ZAYA config (no legacy code ran it)");
+  cfg.semantics = s;
+  cfg.skip_passthrough = s == Semantics::Legacy;
+  cfg.router_norm_eps = s == Semantics::Legacy ? cfg.legacy_router_norm_eps : -1;
 }
 
 ZayaConfig load_config(const std::string& path) {
@@ -352,6 +398,12 @@ std::string config_to_json(const ZayaConfig& c) {
   j["initializer_range"] = c.initializer_range;
   j["attention_dropout"] = 0.0;
   j["use_cache"] = true;
+  if (c.semantics == Semantics::Legacy) {
+    // A model trained or exported with legacy semantics says so; zaya loads it that way by default (the
+    // Hugging Face code ignores these keys and computes native semantics).
+    j["zaya_semantics"] = "legacy";
+    j["zaya_router_norm_eps"] = c.router_eps();
+  }
   return j.dump(2) + "\n";
 }
 

@@ -15,8 +15,18 @@ struct RopeParams {
   double partial_rotary_factor = 0.5;
 };
 
-// How a checkpoint's weights are named and which semantics apply (spec §8.4).
+// How a checkpoint's weights are named (spec §8.3).
 enum class CheckpointLayout : uint8_t { Native, Legacy8B, LegacyBase };
+
+// Whose numbers a model reproduces (spec §8.4). Native: the Hugging Face implementation (a skip-routed
+// token gets zero MoE output; the router norm uses rms_norm_eps). Legacy: Zyphra's original code for the
+// legacy layouts (skip passthrough p_E·u; ZAYA1-base's router norm uses 1e-6, 8B-legacy's norm_epsilon).
+// Auto: what the checkpoint was released with: Legacy for a legacy layout, or for a native config that
+// records "zaya_semantics": "legacy" (as zaya export writes for a run trained that way); Native otherwise.
+enum class Semantics : uint8_t { Auto, Native, Legacy };
+const char* semantics_name(Semantics s);
+// "auto" | "native" | "legacy"; anything else throws naming `what` (a flag or a JSON field) and the choices.
+Semantics parse_semantics(const std::string& name, const std::string& what);
 
 struct ZayaConfig {
   int64_t vocab_size = 262272;
@@ -44,11 +54,14 @@ struct ZayaConfig {
   int64_t max_position_embeddings = 131072;
   double initializer_range = 0.02;
 
-  // Legacy semantics (spec §8.4). Native checkpoints use native semantics; a legacy checkpoint loads with
-  // native semantics too unless `legacy_semantics` is requested (skip passthrough, router-norm eps override).
+  // Semantics (spec §8.4): parse_config sets the checkpoint's own (`semantics`, Auto resolved) and the
+  // fields below from it; apply_semantics switches them. Only these two fields differ between semantics.
   CheckpointLayout layout = CheckpointLayout::Native;
-  bool skip_passthrough = false;  // legacy MoD: skip slot outputs p_E * u instead of 0
-  double router_norm_eps = -1;    // < 0: use rms_norm_eps
+  Semantics own_semantics = Semantics::Native;  // the checkpoint's own (what Auto means); never Auto
+  Semantics semantics = Semantics::Native;      // in effect; never Auto
+  double legacy_router_norm_eps = -1;           // the router-norm eps of the legacy code (< 0: rms_norm_eps)
+  bool skip_passthrough = false;                // legacy MoD: skip slot outputs p_E * u instead of 0
+  double router_norm_eps = -1;                  // < 0: use rms_norm_eps
 
   // Derived geometry (spec §1).
   int64_t q_dim() const { return num_attention_heads * head_dim; }                  // A
@@ -66,6 +79,10 @@ struct ZayaConfig {
   // Checks the validators of spec §3; throws zaya::Error naming `source` and the field.
   void validate(const std::string& source) const;
 };
+
+// Switches `cfg` to semantics `s` (Auto: the checkpoint's own, cfg.own_semantics). Legacy on a
+// native config that does not record legacy semantics throws, naming `src`: no legacy code ran it.
+void apply_semantics(ZayaConfig& cfg, Semantics s, const std::string& src);
 
 // Parses config.json (native or legacy); throws zaya::Error naming the file and the field.
 ZayaConfig load_config(const std::string& path);

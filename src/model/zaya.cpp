@@ -21,12 +21,7 @@ ZayaModel ZayaModel::load(const std::string& dir, const LoadOptions& opt) {
   std::string config_dir = std::filesystem::is_regular_file(p) ? p.parent_path().string() : dir;
   if (config_dir.empty()) config_dir = ".";
   m.cfg = load_config(config_dir + "/config.json");
-  if (opt.legacy_semantics) {
-    ZAYA_CHECK(m.cfg.layout != CheckpointLayout::Native, dir,
-               ": legacy semantics were requested but config.json is a native ZAYA config");
-    m.cfg.skip_passthrough = true;
-    if (m.cfg.layout == CheckpointLayout::LegacyBase) m.cfg.router_norm_eps = 1e-6;  // spec §8.4 item 2
-  }
+  apply_semantics(m.cfg, opt.semantics, config_dir + "/config.json");
   ZAYA_CHECK(opt.compute == DType::F32 || opt.compute == DType::BF16, "compute dtype must be fp32 or bf16");
   m.w = load_weights(dir, m.cfg, opt.compute);
   return m;

@@ -14,8 +14,8 @@
 namespace zaya {
 
 struct LoadOptions {
-  DType compute = DType::F32;     // GEMM dtype: F32 or BF16
-  bool legacy_semantics = false;  // legacy checkpoints: skip passthrough (+ ZAYA1-base router eps 1e-6)
+  DType compute = DType::F32;             // GEMM dtype: F32 or BF16
+  Semantics semantics = Semantics::Auto;  // Auto: the checkpoint's own (legacy layouts: legacy), spec §8.4
 };
 
 struct ZayaModel {

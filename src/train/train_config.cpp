@@ -19,7 +19,7 @@ const std::set<std::string>& known_keys(const std::string& section) {
       {"",
        {"model", "data", "tokenizer", "optim", "batch", "steps", "max_minutes", "dtype", "recompute", "eval",
         "out", "log", "save_dtype", "sample", "checkpoint", "fault", "comment"}},
-      {"model", {"config", "init_from", "seed"}},
+      {"model", {"config", "init_from", "seed", "semantics"}},
       {"data", {"train", "val", "seed"}},
       {"batch", {"micro_batch", "seq_len", "grad_accum"}},
       {"eval", {"every", "batches"}},
@@ -89,6 +89,7 @@ TrainConfig parse_train_config(const std::string& text, const std::string& src) 
   c.model_config = (model.string("config", ""));
   c.init_from = (model.string("init_from", ""));
   c.init_seed = uint64_t(model.integer("seed", 0, 0));
+  const std::string semantics = model.string("semantics", "auto");
   ZAYA_CHECK(
       c.model_config.empty() != c.init_from.empty(), src,
       ": field 'model' needs exactly one of 'config' (train from scratch) or 'init_from' (an HF checkpoint)");
@@ -145,7 +146,11 @@ TrainConfig parse_train_config(const std::string& text, const std::string& src) 
   c.sample_temperature = float(sample.number("temperature", c.sample_temperature));
   c.sample_top_k = sample.integer("top_k", c.sample_top_k, 0);
 
-  c.model = c.init_from.empty() ? load_config(c.model_config) : load_config(c.init_from + "/config.json");
+  const std::string model_json = c.init_from.empty() ? c.model_config : c.init_from + "/config.json";
+  c.model = load_config(model_json);
+  // A legacy config trains with the legacy code's semantics unless told otherwise (spec §8.4); the final
+  // model's config.json records them, so it loads the same way.
+  apply_semantics(c.model, parse_semantics(semantics, src + ": field 'model.semantics'"), model_json);
   return c;
 }
 

@@ -18,7 +18,7 @@ struct TrainConfig {
   std::string model_config;  // "model.config"
   std::string init_from;     // "model.init_from"
   uint64_t init_seed = 0;    // "model.seed"
-  ZayaConfig model;          // resolved
+  ZayaConfig model;          // resolved; "model.semantics" (auto | native | legacy, spec §8.4) applied
 
   // Data: prepared .bin/.idx prefixes (zaya data prepare).
   std::string train_data, val_data;  // "data.train", "data.val" (val optional)

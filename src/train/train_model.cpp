@@ -16,7 +16,7 @@ ZayaModel make_master(const ZayaConfig& cfg, const std::string& init_from, uint6
   m.cfg = cfg;
   m.w = init_weights(cfg, DType::F32, seed);
   if (!init_from.empty()) {
-    ZayaModel loaded = ZayaModel::load(init_from, {DType::F32, false});
+    ZayaModel loaded = ZayaModel::load(init_from, {DType::F32, cfg.semantics});
     m.cfg = loaded.cfg;
     auto dst = named_params(m.cfg, m.w);
     auto src = named_params(loaded.cfg, loaded.w);
