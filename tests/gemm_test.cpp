@@ -230,6 +230,31 @@ TEST(Gemm, ConcurrentCallsInsideParallelRegion) {
   }
 }
 
+// A product large enough to use every thread from outside a parallel region runs on the calling thread only
+// inside one, so there it equals the same call made outside with one thread, bit for bit (fp32 and bf16,
+// each backend).
+TEST(Gemm, CallInsideRegionEqualsOneThreadCall) {
+  std::mt19937 rng(11);
+  const int64_t M = 96, N = 160, K = 200;  // 6.1 MFLOP: above the single-thread threshold
+  for (bool bf16 : {false, true}) {
+    Stored A = make_stored(M, K, 0, bf16, rng), B = make_stored(N, K, 0, bf16, rng);
+    for (GemmBackend b : {GemmBackend::Auto, GemmBackend::OneDnn, GemmBackend::OneDnnRuntimeM}) {
+      SCOPED_TRACE(std::string(gemm_backend_name(b)) + (bf16 ? " bf16" : " fp32"));
+      std::vector<float> want(size_t(M * N)), got(size_t(M * N), NAN);
+      const int saved = num_threads();
+      set_num_threads(1);
+      gemm_with(b, M, N, K, 1.0f, A.ref(false), B.ref(true), 0.0f, want.data(), N);
+      set_num_threads(saved);
+#pragma omp parallel num_threads(2)
+      {
+#pragma omp single
+        gemm_with(b, M, N, K, 1.0f, A.ref(false), B.ref(true), 0.0f, got.data(), N);
+      }
+      EXPECT_EQ(got, want);
+    }
+  }
+}
+
 TEST(Gemm, PrimitiveCacheIsReused) {
   std::vector<float> A(32 * 32, 0.5f), B(32 * 32, 0.25f), C(32 * 32);
   gemm_with(GemmBackend::OneDnn, 31, 29, 23, 1.0f, mat(A.data(), 23), mat(B.data(), 23, true), 0.0f, C.data(),
