@@ -149,7 +149,11 @@ int register_all() {
       {"head_scores", Layout::Fwd, 512, 512, 64},
       {"head_values", Layout::Dx, 512, 64, 512},
       {"tiny", Layout::Fwd, 16, 16, 16},
+      {"tiny", Layout::Fwd, 32, 32, 32},
+      {"tiny", Layout::Fwd, 48, 48, 48},
       {"tiny", Layout::Fwd, 64, 64, 64},
+      {"decode_small", Layout::Fwd, 1, 256, 256},
+      {"decode_small", Layout::Fwd, 1, 1024, 256},
   };
   struct Variant {
     GemmBackend backend;
@@ -159,12 +163,14 @@ int register_all() {
       {GemmBackend::OneDnn, "f32"},  {GemmBackend::OneDnnRuntimeM, "f32"},  {GemmBackend::OpenBlas, "f32"},
       {GemmBackend::OneDnn, "bf16"}, {GemmBackend::OneDnnRuntimeM, "bf16"}, {GemmBackend::Auto, "f32"},
       {GemmBackend::Auto, "bf16"},   {GemmBackend::Auto, "mixed"},          {GemmBackend::Reference, "f32"},
+      {GemmBackend::Small, "f32"},
   };
   for (const Product& p : products) {
     for (const Variant& v : variants) {
       if (v.types == std::string("mixed") && p.layout != Layout::Fwd) continue;
       if (v.backend == GemmBackend::Reference && double(p.M) * p.N * p.K > 1e6)
         continue;  // too slow to matter
+      if (v.backend == GemmBackend::Small && 2.0 * p.M * p.N * p.K > 2e7) continue;  // tiny products only
       std::string name = std::string("gemm/") + p.name + "/" + layout_name(p.layout) + "/" +
                          std::to_string(p.M) + "x" + std::to_string(p.N) + "x" + std::to_string(p.K) + "/" +
                          gemm_backend_name(v.backend) + "/" + v.types;

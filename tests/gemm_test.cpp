@@ -132,8 +132,9 @@ void check_backend(GemmBackend backend, DType a_type, DType b_type, double rtol)
 }
 
 TEST(Gemm, Fp32AllBackends) {
-  for (GemmBackend b : {GemmBackend::Auto, GemmBackend::OneDnn, GemmBackend::OneDnnRuntimeM,
-                        GemmBackend::OneDnnRuntimeMK, GemmBackend::OpenBlas, GemmBackend::Reference}) {
+  for (GemmBackend b :
+       {GemmBackend::Auto, GemmBackend::OneDnn, GemmBackend::OneDnnRuntimeM, GemmBackend::OneDnnRuntimeMK,
+        GemmBackend::Small, GemmBackend::OpenBlas, GemmBackend::Reference}) {
     check_backend(b, DType::F32, DType::F32, 1e-5);
   }
 }
@@ -163,8 +164,8 @@ TEST(Gemm, MixedRoundsTheFp32Operand) {
 
 TEST(Gemm, ZeroSizes) {
   std::vector<float> A(64, 1.0f), B(64, 1.0f);
-  for (GemmBackend b :
-       {GemmBackend::Auto, GemmBackend::OneDnn, GemmBackend::OpenBlas, GemmBackend::Reference}) {
+  for (GemmBackend b : {GemmBackend::Auto, GemmBackend::OneDnn, GemmBackend::Small, GemmBackend::OpenBlas,
+                        GemmBackend::Reference}) {
     SCOPED_TRACE(gemm_backend_name(b));
     // M == 0 or N == 0: nothing touched, null C allowed.
     gemm_with(b, 0, 4, 4, 1.0f, mat(A.data(), 4), mat(B.data(), 4), 0.0f, nullptr, 4);
@@ -196,6 +197,9 @@ TEST(Gemm, BadArgumentsThrow) {
   EXPECT_THROW(gemm(4, 4, 4, 1.0f, i32, mat(B.data(), 4), 0.0f, C.data(), 4), Error);
   std::vector<uint16_t> Bb(64, 0x3f80);
   EXPECT_THROW(gemm_with(GemmBackend::OpenBlas, 4, 4, 4, 1.0f, mat(A.data(), 4),
+                         MatRef{Bb.data(), DType::BF16, 4}, 0.0f, C.data(), 4),
+               Error);
+  EXPECT_THROW(gemm_with(GemmBackend::Small, 4, 4, 4, 1.0f, mat(A.data(), 4),
                          MatRef{Bb.data(), DType::BF16, 4}, 0.0f, C.data(), 4),
                Error);
 }
@@ -253,6 +257,69 @@ TEST(Gemm, CallInsideRegionEqualsOneThreadCall) {
       EXPECT_EQ(got, want);
     }
   }
+}
+
+// The small-product kernel computes exactly the documented order (kernels/gemm_small.h), written out here
+// in scalar code: bitwise equality, for every layout, odd sizes (vector tails, partial row and column
+// blocks), padded strides, alpha and beta. Since the order depends only on K and B's layout, a row's result
+// is the same whatever M is and wherever the row sits. Auto sends tiny fp32 products here, so their bits do
+// not depend on OPENBLAS_CORETYPE or the CPU.
+namespace {
+float documented_sum(const Stored& A, bool ta, const Stored& B, bool tb, int64_t m, int64_t n, int64_t K) {
+  auto a = [&](int64_t k) { return ta ? A.f32[size_t(k * A.ld + m)] : A.f32[size_t(m * A.ld + k)]; };
+  auto b = [&](int64_t k) { return tb ? B.f32[size_t(n * B.ld + k)] : B.f32[size_t(k * B.ld + n)]; };
+  if (!tb) {
+    float acc = 0.0f;
+    for (int64_t k = 0; k < K; k++) acc = std::fma(a(k), b(k), acc);
+    return acc;
+  }
+  float lane[16] = {};
+  for (int64_t k = 0; k < K; k++) lane[k % 16] = std::fma(a(k), b(k), lane[k % 16]);
+  for (int w = 8; w >= 1; w /= 2)
+    for (int l = 0; l < w; l++) lane[l] += lane[l + w];
+  return lane[0];
+}
+}  // namespace
+
+TEST(Gemm, SmallKernelComputesTheDocumentedOrder) {
+  std::mt19937 rng(5);
+  int checked = 0;
+  for (int64_t M : {1, 3, 4, 7}) {
+    for (int64_t N : {1, 5, 16, 17, 64, 70}) {
+      for (int64_t K : {1, 15, 16, 33}) {
+        for (int layout = 0; layout < 4; layout++) {
+          const bool ta = layout & 1, tb = layout & 2;
+          SCOPED_TRACE(::testing::Message() << M << "x" << N << "x" << K << " ta=" << ta << " tb=" << tb);
+          Stored A = ta ? make_stored(K, M, 2, false, rng) : make_stored(M, K, 3, false, rng);
+          Stored B = tb ? make_stored(N, K, 1, false, rng) : make_stored(K, N, 2, false, rng);
+          for (auto [alpha, beta] :
+               {std::pair{1.0f, 0.0f}, std::pair{0.5f, 1.0f}, std::pair{-1.25f, 0.75f}}) {
+            const int64_t ldc = N + 3;
+            std::vector<float> C0(size_t(M * ldc));
+            for (float& v : C0) v = std::uniform_real_distribution<float>(-1, 1)(rng);
+            std::vector<float> C = C0;
+            gemm_with(GemmBackend::Small, M, N, K, alpha, A.ref(ta), B.ref(tb), beta, C.data(), ldc);
+            for (int64_t m = 0; m < M; m++) {
+              for (int64_t n = 0; n < N; n++) {
+                const float t = alpha * documented_sum(A, ta, B, tb, m, n, K);
+                const float want = beta == 0.0f ? t : std::fma(beta, C0[size_t(m * ldc + n)], t);
+                ASSERT_EQ(C[size_t(m * ldc + n)], want) << "C[" << m << ", " << n << "]";
+              }
+              for (int64_t n = N; n < ldc; n++) ASSERT_EQ(C[size_t(m * ldc + n)], C0[size_t(m * ldc + n)]);
+            }
+            checked++;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(checked, 4 * 6 * 4 * 4 * 3);
+  // Auto sends a tiny fp32 product to this kernel: the same bits.
+  Stored A = make_stored(8, 32, 0, false, rng), B = make_stored(24, 32, 0, false, rng);
+  std::vector<float> a(8 * 24), s(8 * 24);
+  gemm(8, 24, 32, 1.0f, A.ref(false), B.ref(true), 0.0f, a.data(), 24);
+  gemm_with(GemmBackend::Small, 8, 24, 32, 1.0f, A.ref(false), B.ref(true), 0.0f, s.data(), 24);
+  EXPECT_EQ(a, s);
 }
 
 TEST(Gemm, PrimitiveCacheIsReused) {

@@ -22,9 +22,10 @@
 //   rows          16x2048x1024       x·Wᵀ        149        20        64        247        178
 //   tiny          16x16x16           x·Wᵀ          4 (2.2 us a call)   35 (0.3 us)
 //
-// So oneDNN throughout, OpenBLAS only for tiny fp32 products (lowest call overhead), and per shape class:
-// rt-M when all of M, N, K are >= 1024 (up to 2x for the lm_head weight gradient) and for one-row
-// products; rt-M also for fp32 below 16 rows (gemm:jit has a GEMV-like path where brgemm wastes its
+// So oneDNN throughout, zaya's own small kernel (gemm_small.h) for tiny fp32 products (lowest call overhead;
+// it replaced OpenBLAS there, whose kernel follows OPENBLAS_CORETYPE: bench/openblas_coretype.sh), and per
+// shape class: rt-M when all of M, N, K are >= 1024 (up to 2x for the lm_head weight gradient) and for
+// one-row products; rt-M also for fp32 below 16 rows (gemm:jit has a GEMV-like path where brgemm wastes its
 // register tile, but collapses at 16 rows); fixed shapes otherwise, where rt-M loses up to 2x (expert-sized
 // M=128, narrow N). Fixed shapes cost one primitive per M (~100 us to create, ~60 KB): the cache below
 // holds them, so a new expert row count costs one creation, once.
@@ -45,6 +46,7 @@
 
 #include "core/error.h"
 #include "core/threads.h"
+#include "kernels/gemm_small.h"
 
 namespace zaya {
 
@@ -347,7 +349,9 @@ void onednn_gemm(bool runtime_m, bool runtime_k, int64_t M, int64_t N, int64_t K
 
 GemmBackend choose_backend(int64_t M, int64_t N, int64_t K, bool bf16) {
   // The measurements behind each rule are in the table at the top of this file.
-  if (!bf16 && 2.0 * M * N * K < 5e5) return GemmBackend::OpenBlas;
+  // Tiny fp32 products: zaya's small kernel (0.35 us at 16^3 vs oneDNN's 1.9 us call overhead; past ~0.1
+  // MFLOP oneDNN is faster: 48^3 4 vs 7 us, 1x256x256 rt-M 6 vs 9 us; bench/gemm_bench, Zen 5).
+  if (!bf16 && 2.0 * M * N * K < 1e5) return GemmBackend::Small;
   if (M == 1) return GemmBackend::OneDnnRuntimeM;
   // fp32 with few rows; gemm:jit collapses at M=16 (22 vs 128) and trails for the 32768-wide lm_head.
   if (!bf16 && M < 8) return GemmBackend::OneDnnRuntimeM;
@@ -378,6 +382,8 @@ const char* gemm_backend_name(GemmBackend backend) {
       return "onednn-runtime-m";
     case GemmBackend::OneDnnRuntimeMK:
       return "onednn-runtime-mk";
+    case GemmBackend::Small:
+      return "small";
     case GemmBackend::OpenBlas:
       return "openblas";
     case GemmBackend::Reference:
@@ -403,6 +409,12 @@ void gemm_with(GemmBackend backend, int64_t M, int64_t N, int64_t K, float alpha
   if (backend == GemmBackend::Auto) backend = choose_backend(M, N, K, bf16);
   if (backend == GemmBackend::Reference) {
     reference_gemm(M, N, K, alpha, A, B, beta, C, ldc);
+    return;
+  }
+  if (backend == GemmBackend::Small) {
+    ZAYA_CHECK(!bf16, "the small GEMM backend is fp32 only; got A ", dtype_name(A.dtype), ", B ",
+               dtype_name(B.dtype));
+    gemm_small_f32(M, N, K, alpha, A, B, beta, C, ldc);
     return;
   }
   if (backend == GemmBackend::OpenBlas) {

@@ -41,12 +41,15 @@ void gemm(int64_t M, int64_t N, int64_t K, float alpha, const MatRef& A, const M
 //   OneDnnRuntimeM oneDNN matmul with M a runtime dim (one primitive for all M of an N,K shape)
 //   OneDnnRuntimeMK oneDNN matmul with M and K runtime dims (one primitive for all M, K of an N: weight
 //                  gradients over a varying token count K, e.g. per expert)
-//   OpenBlas       cblas_sgemm, single-threaded calls split over the OpenMP threads (fp32 only)
+//   Small          zaya's own fp32 kernel for tiny products (kernels/gemm_small.h; fp32 only): deterministic
+//                  by construction, independent of OPENBLAS_CORETYPE
+//   OpenBlas       cblas_sgemm, single-threaded calls split over the OpenMP threads (fp32 only; its kernel
+//                  follows OPENBLAS_CORETYPE, so Auto never chooses it: a benchmark and cross-check)
 //   Reference      plain loops with fp32 accumulation (slow; a cross-check, never chosen by Auto)
-enum class GemmBackend { Auto, OneDnn, OneDnnRuntimeM, OneDnnRuntimeMK, OpenBlas, Reference };
+enum class GemmBackend { Auto, OneDnn, OneDnnRuntimeM, OneDnnRuntimeMK, Small, OpenBlas, Reference };
 const char* gemm_backend_name(GemmBackend backend);
 
-// gemm() on a chosen backend; OpenBlas with a BF16 operand throws.
+// gemm() on a chosen backend; Small or OpenBlas with a BF16 operand throws.
 void gemm_with(GemmBackend backend, int64_t M, int64_t N, int64_t K, float alpha, const MatRef& A,
                const MatRef& B, float beta, float* C, int64_t ldc);
 
