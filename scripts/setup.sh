@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(g++ cmake ninja-build pkg-config libdnnl-dev libopenblas-dev libopenmpi-dev openmpi-bin
   nlohmann-json3-dev libcli11-dev libcpp-httplib-dev libxxhash-dev libzstd-dev libgtest-dev
-  libbenchmark-dev)
+  libbenchmark-dev ocl-icd-opencl-dev)
 # The main job also draws its training plot with matplotlib (Debian's python3-matplotlib).
 [ "${1:-}" = "--main" ] && APT_PACKAGES+=(python3-matplotlib)
 missing=()
