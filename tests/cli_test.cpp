@@ -144,3 +144,54 @@ TEST(Cli, LegacyCheckpointsDefaultToLegacySemantics) {
   EXPECT_NE(r.out.find("--semantics"), std::string::npos) << r.out;
   std::filesystem::remove(out);
 }
+
+// Mistyped subcommands, options and commands get the nearest known one; `zaya launch` says where the job's
+// command goes; every CLI usage error exits 2 and names the command as typed.
+TEST(Cli, UsageErrorsSuggestTheNearestName) {
+  struct Case {
+    std::string args;
+    std::vector<std::string> want;
+  };
+  const std::vector<Case> cases = {
+      {"bench frward",
+       {"zaya bench: error", "'frward' is not a subcommand of zaya bench: did you mean 'forward'?"}},
+      {"data prepar", {"zaya data: error", "did you mean 'prepare'?"}},
+      {"train --config x.json --step 3", {"zaya train: error", "--step: did you mean --steps?"}},
+      {"generate --model m --greddy", {"--greddy: did you mean --greedy?"}},
+      {"launch build/zaya train --config x.json", {"the job's command goes after `--`"}},
+      {"trian --config x.json", {"unknown command 'trian' (did you mean 'train'?)"}},
+  };
+  for (const Case& c : cases) {
+    Proc r = run(c.args);
+    EXPECT_EQ(r.status, 2) << c.args << "\n" << r.out;
+    for (const std::string& w : c.want)
+      EXPECT_NE(r.out.find(w), std::string::npos) << c.args << "\n" << r.out;
+  }
+}
+
+// Help names the command as typed and shows defaults; --version names the commit, build type and CPU.
+TEST(Cli, HelpAndVersion) {
+  Proc h = run("forward --help");
+  EXPECT_EQ(h.status, 0) << h.out;
+  EXPECT_NE(h.out.find("Usage: zaya forward [OPTIONS]"), std::string::npos) << h.out;
+  EXPECT_NE(h.out.find("=fp32"), std::string::npos) << "the --dtype default\n" << h.out;
+  h = run("bench forward --help");
+  EXPECT_NE(h.out.find("zaya bench forward"), std::string::npos) << h.out;
+  EXPECT_NE(h.out.find("=512"), std::string::npos) << "the --seq default\n" << h.out;
+  Proc v = run("--version");
+  EXPECT_EQ(v.status, 0) << v.out;
+  EXPECT_NE(v.out.find("zaya.cpp "), std::string::npos) << v.out;
+  EXPECT_NE(v.out.find("commit "), std::string::npos) << v.out;
+  EXPECT_NE(v.out.find("cpu: "), std::string::npos) << v.out;
+}
+
+// --model may name the checkpoint's config.json: the directory is meant.
+TEST(Cli, ModelMayNameTheConfigFile) {
+  const std::string g = zaya::test::golden_dir(), out = tmp("zaya_cli_config_model.safetensors");
+  Proc r = run("forward --model " + g + "/config.json --input " + g + "/inputs.json --output " + out);
+  ASSERT_EQ(r.status, 0) << r.out;
+  auto f = zaya::SafetensorsFile::open(out);
+  std::vector<float> logits = zaya::test::read_f32(g + "/logits.bin");
+  EXPECT_LT(zaya::test::max_abs_diff(f.tensor("logits").f32(), logits.data(), logits.size()), 1e-4);
+  std::filesystem::remove(out);
+}

@@ -652,7 +652,8 @@ TEST(OptimConfigJson, BadFieldsNameTheField) {
       {R"([1])", "cfg: expected an object"},
       {R"({"lr": "big"})", "field 'lr': expected a number, got a string"},
       {R"({"lr": -1})", "field 'lr': expected a number in"},
-      {R"({"learning_rate": 1})", "field 'learning_rate': unknown field"},
+      {R"({"learning_rate": 1})", "field 'learning_rate' is not a known field"},
+      {R"({"weight_decy": 1})", "field 'weight_decy' is not a known field (did you mean 'weight_decay'?)"},
       {R"({"adamw": {"betas": [0.9]}})", "field 'adamw.betas': expected an array of two numbers"},
       {R"({"adamw": {"betas": [0.9, 1.0]}})", "field 'adamw.betas': entry 1"},
       {R"({"adamw": {"eps": 0}})", "field 'adamw.eps'"},
@@ -662,7 +663,7 @@ TEST(OptimConfigJson, BadFieldsNameTheField) {
       {R"({"muon": {"nesterov": 1}})", "field 'muon.nesterov': expected true or false"},
       {R"({"muon": {"rms_match": "adam"}})", "field 'muon.rms_match': expected one of"},
       {R"({"muon": {"ns_coefficients": [1, 2]}})", "field 'muon.ns_coefficients'"},
-      {R"({"groups": {"norms": {}}})", "field 'groups.norms': unknown field"},
+      {R"({"groups": {"norms": {}}})", "field 'groups.norms' is not a known field"},
       {R"({"groups": {"norm": {"optimizer": "sgd"}}})", "field 'groups.norm.optimizer': expected one of"},
       {R"({"groups": {"bias": {"weight_decay": null}}})",
        "field 'groups.bias.weight_decay': expected a number"},
@@ -671,7 +672,7 @@ TEST(OptimConfigJson, BadFieldsNameTheField) {
       {R"({"schedule": {"warmup_steps": 1.5}})", "field 'schedule.warmup_steps': expected an integer"},
       {R"({"balancer": {"rule": "loss"}})", "field 'balancer.rule': expected one of"},
       {R"({"balancer": {"skip_target": 2}})", "field 'balancer.skip_target': expected null"},
-      {R"({"balancer": {"lr": 1, "extra": 2}})", "field 'balancer.extra': unknown field"},
+      {R"({"balancer": {"lr": 1, "extra": 2}})", "field 'balancer.extra' is not a known field"},
   };
   for (const auto& [text, expected] : cases) {
     try {

@@ -132,7 +132,30 @@ TEST(Train, ConfigErrorsNameTheField) {
     }
   };
   expect_error("{", "JSON");
-  expect_error(fx.train_json(R"(, "stepz": 3)"), "stepz");
+  expect_error(fx.train_json(R"(, "stepz": 3)"),
+               "field 'stepz' is not a known field (did you mean 'steps'?)");
+  // A dataset is named by its prefix; the path of its .bin or .idx file means the same.
+  {
+    auto t = nlohmann::json::parse(fx.train_json());
+    t["data"]["train"] = (fx.dir / "data.train.bin").string();
+    t["data"]["val"] = (fx.dir / "data.val.idx").string();
+    train::TrainConfig c = train::parse_train_config(t.dump(), "train.json");
+    EXPECT_EQ(c.train_data, (fx.dir / "data.train").string());
+    EXPECT_EQ(c.val_data, (fx.dir / "data.val").string());
+  }
+  // Nested fields are named by their JSON path, with the nearest known one.
+  {
+    auto t = nlohmann::json::parse(fx.train_json());
+    t["optim"]["learning_rate"] = 0.1;
+    expect_error(t.dump(), "field 'optim.learning_rate' is not a known field (did you mean 'optim.lr'?)");
+    t = nlohmann::json::parse(fx.train_json());
+    t["batch"]["micro_bach"] = 2;
+    expect_error(t.dump(),
+                 "field 'batch.micro_bach' is not a known field (did you mean 'batch.micro_batch'?)");
+    t = nlohmann::json::parse(fx.train_json());
+    t["batch"]["seq_len"] = "long";
+    expect_error(t.dump(), "field 'batch.seq_len' must be an integer");
+  }
   expect_error(fx.train_json(R"(, "dtype": "fp16")"), "dtype");
   expect_error(R"({"data": {"train": "x"}})", "model");
   expect_error(R"({"model": {"config": "m.json"}})", "data.train");

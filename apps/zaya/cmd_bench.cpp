@@ -13,6 +13,7 @@
 
 #include "ckpt/async_saver.h"
 #include "ckpt/checkpoint.h"
+#include "cli.h"
 #include "command.h"
 #include "core/error.h"
 #include "kernels/gemm.h"
@@ -370,7 +371,7 @@ int cmd_bench(int argc, char** argv) {
   ckp->add_option("--optimizer", c_optim, "adamw (2 moments for every parameter) or zaya (Muon split)")
       ->check(CLI::IsMember({"adamw", "zaya"}));
   ckp->add_flag("--keep", c_keep, "keep the last checkpoint (its path is in the JSON)");
-  CLI11_PARSE(app, argc, argv);
+  ZAYA_PARSE(app, argc, argv);
   if (ckp->parsed()) return bench_checkpoint(c_config, c_layers, c_dir, c_saves, c_io, c_optim, c_keep);
   if (trn->parsed()) {
     ZAYA_CHECK(!t_model.empty() || !t_config.empty(), "zaya bench train needs --model DIR or --config FILE");

@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
+#include "cli.h"
 #include "command.h"
 #include "core/error.h"
 #include "core/threads.h"
@@ -50,11 +51,7 @@ int cmd_data(int argc, char** argv) {
   info->add_option("prefix", info_prefix, "PREFIX of PREFIX.bin/PREFIX.idx")->required();
   info->add_option("--show", show, "print the first tokens of this many documents")->capture_default_str();
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  ZAYA_PARSE(app, argc, argv);
 
   if (*prepare) {
     zaya::data::PrepareOptions opt;

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "ckpt/checkpoint.h"
+#include "cli.h"
 #include "command.h"
 #include "core/error.h"
 #include "model/zaya-checkpoint.h"
@@ -68,7 +69,7 @@ int cmd_export(int argc, char** argv) {
   app.add_option("--model-config", model_config,
                  "model config.json (default: the one named by the TRAIN.json saved in the checkpoint)");
   app.add_option("--tokenizer", tokenizer, "copy this tokenizer.json into the output directory");
-  CLI11_PARSE(app, argc, argv);
+  ZAYA_PARSE(app, argc, argv);
 
   const zaya::ckpt::Checkpoint ck = zaya::ckpt::Checkpoint::open(ckpt_dir);  // verifies every checksum
   const zaya::ZayaConfig cfg = config_of(ck, model_config);

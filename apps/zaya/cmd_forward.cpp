@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
+#include "cli.h"
 #include "command.h"
 #include "core/error.h"
 #include "io/model_inputs.h"
@@ -28,7 +29,7 @@ int cmd_forward(int argc, char** argv) {
   app.add_flag(
       "--grads", grads,
       "also write grad.<hf-name> (F32) for every parameter: d(mean CE loss)/d(param), needs targets");
-  CLI11_PARSE(app, argc, argv);
+  ZAYA_PARSE(app, argc, argv);
 
   zaya::ModelInputs in = zaya::load_model_inputs(input);
   ZAYA_CHECK(in.B > 0, input, ": 'input_ids' is required for zaya forward");

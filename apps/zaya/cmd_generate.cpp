@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "cli.h"
 #include "command.h"
 #include "core/error.h"
 #include "io/model_inputs.h"
@@ -39,7 +40,7 @@ int cmd_generate(int argc, char** argv) {
   app.add_flag("--no-special", no_special, "do not add <bos> when encoding --prompt");
   app.add_option("--dtype", dtype, "GEMM compute dtype")->check(CLI::IsMember({"fp32", "bf16"}));
   zaya::app::add_semantics_option(app, semantics);
-  CLI11_PARSE(app, argc, argv);
+  ZAYA_PARSE(app, argc, argv);
   ZAYA_CHECK(!input.empty() || !prompt.empty(), "zaya generate needs --input INPUTS.json or --prompt TEXT");
 
   auto temp_given = app.count("--temperature") > 0;
@@ -106,6 +107,8 @@ int cmd_generate(int argc, char** argv) {
       std::printf("\n");
     }
   }
+  // The text ends with its newline on stdout before the timing line goes to stderr (same order in a file).
+  std::fflush(stdout);
   std::fprintf(stderr,
                "prefill: %ld tokens in %.3f s (%.1f tok/s); decode: %ld tokens in %.3f s (%.2f tok/s)\n",
                long(st.prompt_tokens), st.prefill_s, st.prompt_tokens / std::max(st.prefill_s, 1e-9),

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "cli.h"
 #include "command.h"
 #include "core/error.h"
 #include "io/safetensors_writer.h"
@@ -26,7 +27,7 @@ int cmd_init(int argc, char** argv) {
   app.add_option("--seed", seed, "initialisation seed");
   app.add_option("--max-shard-gb", max_shard_gb, "shard the weights above this many GB per file (default 5)");
   app.add_option("--tokenizer", tokenizer, "copy this tokenizer.json into the checkpoint");
-  CLI11_PARSE(app, argc, argv);
+  ZAYA_PARSE(app, argc, argv);
 
   zaya::ZayaConfig cfg = zaya::load_config(config_path);
   cfg.layout = zaya::CheckpointLayout::Native;  // always written in the native layout

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "cli.h"
 #include "command.h"
 #include "core/error.h"
 #include "launch/supervisor.h"
@@ -46,7 +47,7 @@ int cmd_launch(int argc, char** argv) {
       split = i;
       break;
     }
-  CLI11_PARSE(app, split, argv);
+  ZAYA_PARSE(app, split, argv);
   for (int i = split + 1; i < argc; i++) o.command.push_back(argv[i]);
   ZAYA_CHECK(!o.command.empty(),
              "no command to run: expected `-- <command...>` after the options, e.g. zaya launch "

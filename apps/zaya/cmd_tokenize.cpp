@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "cli.h"
 #include "command.h"
 #include "core/error.h"
 #include "tokenizer/tokenizer.h"
@@ -67,11 +68,7 @@ int cmd_tokenize(int argc, char** argv) {
                "encode without the special tokens the post-processor adds (<bos>)");
   app.add_flag("--skip-special", skip_special, "decode without special tokens");
   app.add_flag("--json", json_out, "print {\"ids\": [...]} or {\"text\": \"...\"}");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  ZAYA_PARSE(app, argc, argv);
   bool decoding = app.count("--decode") > 0;
   ZAYA_CHECK(decoding || app.count("--text") || app.count("--input"),
              "nothing to do: give --text TEXT, --input FILE or --decode IDS");

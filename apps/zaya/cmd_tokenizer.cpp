@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "cli.h"
 #include "command.h"
 #include "core/error.h"
 #include "data/corpus.h"
@@ -36,11 +37,7 @@ int cmd_tokenizer(int argc, char** argv) {
   train->add_option("--special-tokens", specials, "extra special tokens (comma-separated or repeated)")
       ->delimiter(',');
   train->add_option("--out", out, "output tokenizer.json")->required();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  ZAYA_PARSE(app, argc, argv);
 
   opt.special_tokens = specials;
   zaya::BpeTrainer trainer(opt);

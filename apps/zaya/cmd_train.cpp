@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <exception>
 
+#include "cli.h"
 #include "command.h"
 #include "core/error.h"
 #include "dist/comm.h"
@@ -36,7 +37,7 @@ int cmd_train(int argc, char** argv) {
       "--overlap", run.overlap,
       "data parallel: start each block's gradient reductions (nonblocking) during the backward instead "
       "of blocking reductions after it (slower on one machine without an MPI progress thread)");
-  CLI11_PARSE(app, argc, argv);
+  ZAYA_PARSE(app, argc, argv);
   // MPI starts here when a launcher started this process (a world of one otherwise).
   zaya::dist::Comm& comm = zaya::dist::Comm::world();
   comm.set_timeout(comm_timeout);

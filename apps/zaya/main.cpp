@@ -8,7 +8,10 @@
 #include <exception>
 
 #include "command.h"
+#include "core/cpu_info.h"
 #include "core/error.h"
+#include "core/suggest.h"
+#include "zaya_version.h"
 
 namespace zaya::app {
 std::vector<Command>& registry() {
@@ -22,7 +25,8 @@ static void usage() {
   std::sort(cmds.begin(), cmds.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
   std::fprintf(stderr, "zaya.cpp: train, evaluate and serve ZAYA1 mixture-of-experts models\n\n");
   std::fprintf(stderr,
-               "usage: zaya <command> [options]   (zaya <command> --help for its options)\n\ncommands:\n");
+               "usage: zaya <command> [options]   (zaya <command> --help for its options; zaya --version)\n\n"
+               "commands:\n");
   for (const auto& c : cmds) std::fprintf(stderr, "  %-12s %s\n", c.name.c_str(), c.help.c_str());
 }
 
@@ -38,6 +42,11 @@ int main(int argc, char** argv) {
     usage();
     return argc < 2 ? 2 : 0;
   }
+  if (!std::strcmp(argv[1], "--version") || !std::strcmp(argv[1], "-V")) {
+    std::printf("zaya.cpp %s (commit %s, %s build)\ncpu: %s\n", ZAYA_VERSION, ZAYA_GIT_COMMIT,
+                ZAYA_BUILD_TYPE, zaya::cpu_summary().c_str());
+    return 0;
+  }
   for (const auto& c : zaya::app::registry()) {
     if (c.name == argv[1]) {
       try {
@@ -51,7 +60,10 @@ int main(int argc, char** argv) {
       }
     }
   }
-  std::fprintf(stderr, "zaya: unknown command '%s'\n\n", argv[1]);
+  std::vector<std::string> names;
+  for (const auto& c : zaya::app::registry()) names.push_back(c.name);
+  std::fprintf(stderr, "zaya: unknown command '%s'%s\n\n", argv[1],
+               zaya::did_you_mean(argv[1], names).c_str());
   usage();
   return 2;
 }

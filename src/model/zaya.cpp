@@ -16,14 +16,17 @@ namespace zaya {
 
 ZayaModel ZayaModel::load(const std::string& dir, const LoadOptions& opt) {
   ZayaModel m;
-  // `dir` may also name one .safetensors file; config.json then comes from its directory.
+  // `dir` may also name one .safetensors file (config.json then comes from its directory) or the checkpoint's
+  // config.json (the directory is meant).
   std::filesystem::path p(dir);
+  ZAYA_CHECK(std::filesystem::exists(p), dir, ": no such checkpoint directory or file");
   std::string config_dir = std::filesystem::is_regular_file(p) ? p.parent_path().string() : dir;
   if (config_dir.empty()) config_dir = ".";
+  const std::string weights = p.filename() == "config.json" ? config_dir : dir;
   m.cfg = load_config(config_dir + "/config.json");
   apply_semantics(m.cfg, opt.semantics, config_dir + "/config.json");
   ZAYA_CHECK(opt.compute == DType::F32 || opt.compute == DType::BF16, "compute dtype must be fp32 or bf16");
-  m.w = load_weights(dir, m.cfg, opt.compute);
+  m.w = load_weights(weights, m.cfg, opt.compute);
   return m;
 }
 

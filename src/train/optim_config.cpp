@@ -4,6 +4,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/suggest.h"
 #include "io/strict_json.h"
 
 namespace zaya::train {
@@ -60,9 +61,11 @@ class Fields {
     ZAYA_CHECK(j.is_object(), where(""), "expected an object, got ", json_type_phrase(j));
   }
 
+  std::string full(const std::string& key) const {
+    return path_.empty() ? key : key.empty() ? path_ : path_ + "." + key;
+  }
   std::string where(const std::string& key) const {
-    std::string full = path_.empty() ? key : key.empty() ? path_ : path_ + "." + key;
-    return full.empty() ? what_ + ": " : str_cat(what_, ": field '", full, "': ");
+    return full(key).empty() ? what_ + ": " : str_cat(what_, ": field '", full(key), "': ");
   }
   const nlohmann::json* get(const std::string& key) {
     seen_.insert(key);
@@ -126,9 +129,13 @@ class Fields {
       *(i == 0 ? a : b) = float(x);
     }
   }
+  // Every key must have been asked for (the parse functions ask for all they know before finishing).
   void finish() const {
-    for (auto it = j_.begin(); it != j_.end(); ++it)
-      ZAYA_CHECK(seen_.count(it.key()), where(it.key()), "unknown field");
+    for (auto it = j_.begin(); it != j_.end(); ++it) {
+      if (seen_.count(it.key())) continue;
+      fail(str_cat(what_, ": field '", full(it.key()), "' is not a known field",
+                   did_you_mean(it.key(), {seen_.begin(), seen_.end()}, path_.empty() ? "" : path_ + ".")));
+    }
   }
 
  private:
@@ -153,9 +160,9 @@ void parse_group(Fields f, GroupConfig* g) {
 
 }  // namespace
 
-OptimConfig parse_optim_config(const nlohmann::json& j, const std::string& what) {
+OptimConfig parse_optim_config(const nlohmann::json& j, const std::string& what, const std::string& path) {
   OptimConfig c;
-  Fields top(j, what, "");
+  Fields top(j, what, path);
   top.number("lr", &c.lr, 0, 1e3);
   top.number("weight_decay", &c.weight_decay, 0, 1e3);
   top.number("grad_clip", &c.grad_clip, 0, 1e30);

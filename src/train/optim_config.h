@@ -115,9 +115,11 @@ struct OptimConfig {
   float group_weight_decay(GroupId g) const;
 };
 
-// Parses an "optim" JSON object (every key optional, see above). `what` names the source in errors, e.g.
-// "train config 'run.json': optim"; errors name the field: "...: field 'muon.ns_steps': expected a
-// positive integer, got a string".
-OptimConfig parse_optim_config(const nlohmann::json& j, const std::string& what);
+// Parses an "optim" JSON object (every key optional, see above). `what` names the source in errors (the file)
+// and `path` the object's JSON path in it ("optim" in TRAIN.json); errors name the field by its whole path:
+// "run.json: field 'optim.muon.ns_steps': expected an integer, got a string", "run.json: field
+// 'optim.learning_rate' is not a known field (did you mean 'optim.lr'?)".
+OptimConfig parse_optim_config(const nlohmann::json& j, const std::string& what,
+                               const std::string& path = "");
 
 }  // namespace zaya::train

@@ -1,11 +1,13 @@
 #include "train/train_config.h"
 
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
 
 #include "core/error.h"
+#include "core/suggest.h"
 #include "io/strict_json.h"
 
 namespace zaya::train {
@@ -30,42 +32,65 @@ const std::set<std::string>& known_keys(const std::string& section) {
   return keys.at(section);
 }
 
+// One object of TRAIN.json; messages name a field by its JSON path ("batch.micro_batch").
 struct Section {
   const json& j;
-  std::string where;  // "file: field 'batch"
+  std::string src;   // the file, for messages
+  std::string path;  // "" for the top level, else the section's key ("batch")
 
-  void check_keys(const std::string& name) const {
-    ZAYA_CHECK(j.is_object(), where, "' must be an object");
-    for (auto it = j.begin(); it != j.end(); ++it)
-      ZAYA_CHECK(known_keys(name).count(it.key()), where, ".", it.key(), "' is not a known field");
+  std::string name(const std::string& k) const { return path.empty() ? k : path + "." + k; }
+  // "train.json: field 'batch.micro_batch'"
+  std::string field(const std::string& k) const { return src + ": field '" + name(k) + "'"; }
+
+  void check_keys() const {
+    ZAYA_CHECK(j.is_object(), src, ": field '", path, "' must be an object");
+    const std::set<std::string>& known = known_keys(path);
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      if (known.count(it.key())) continue;
+      fail(str_cat(field(it.key()), " is not a known field",
+                   did_you_mean(it.key(), {known.begin(), known.end()}, path.empty() ? "" : path + ".")));
+    }
   }
   const json* get(const char* k) const { return j.contains(k) && !j[k].is_null() ? &j[k] : nullptr; }
   int64_t integer(const char* k, int64_t def, int64_t min) const {
     const json* v = get(k);
     if (!v) return def;
-    ZAYA_CHECK(v->is_number_integer() && v->get<int64_t>() >= min, where, ".", k,
-               "' must be an integer >= ", min, ", got ", v->dump());
+    ZAYA_CHECK(v->is_number_integer() && v->get<int64_t>() >= min, field(k), " must be an integer >= ", min,
+               ", got ", v->dump());
     return v->get<int64_t>();
   }
   double number(const char* k, double def) const {
     const json* v = get(k);
     if (!v) return def;
-    ZAYA_CHECK(v->is_number(), where, ".", k, "' must be a number, got ", v->dump());
+    ZAYA_CHECK(v->is_number(), field(k), " must be a number, got ", v->dump());
     return v->get<double>();
   }
   bool boolean(const char* k, bool def) const {
     const json* v = get(k);
     if (!v) return def;
-    ZAYA_CHECK(v->is_boolean(), where, ".", k, "' must be true or false, got ", v->dump());
+    ZAYA_CHECK(v->is_boolean(), field(k), " must be true or false, got ", v->dump());
     return v->get<bool>();
   }
   std::string string(const char* k, const std::string& def) const {
     const json* v = get(k);
     if (!v) return def;
-    ZAYA_CHECK(v->is_string(), where, ".", k, "' must be a string, got ", v->dump());
+    ZAYA_CHECK(v->is_string(), field(k), " must be a string, got ", v->dump());
     return v->get<std::string>();
   }
 };
+
+// A dataset is named by its PREFIX (PREFIX.bin + PREFIX.idx, from zaya data prepare); the path of either file
+// is accepted too.
+std::string dataset_prefix(const std::string& p) {
+  namespace fs = std::filesystem;
+  for (const char* ext : {".bin", ".idx"}) {
+    const size_t n = p.size();
+    if (n > 4 && p.compare(n - 4, 4, ext) == 0 && !fs::exists(p + ".bin") &&
+        fs::exists(p.substr(0, n - 4) + ".idx"))
+      return p.substr(0, n - 4);
+  }
+  return p;
+}
 
 }  // namespace
 
@@ -74,15 +99,14 @@ TrainConfig parse_train_config(const std::string& text, const std::string& src) 
   TrainConfig c;
   c.source = src;
   c.text = text;
-  Section top{j, src + ": field '"};
+  Section top{j, src, ""};
   ZAYA_CHECK(j.is_object(), src, ": expected a JSON object");
-  top.check_keys("");
-  top.where = src + ": field '";
+  top.check_keys();
   auto sub = [&](const char* name) -> Section {
     static const json empty = json::object();
     const json* v = top.get(name);
-    Section s{v ? *v : empty, src + ": field '" + name};
-    s.check_keys(name);
+    Section s{v ? *v : empty, src, name};
+    s.check_keys();
     return s;
   };
   Section model = sub("model");
@@ -94,9 +118,9 @@ TrainConfig parse_train_config(const std::string& text, const std::string& src) 
       c.model_config.empty() != c.init_from.empty(), src,
       ": field 'model' needs exactly one of 'config' (train from scratch) or 'init_from' (an HF checkpoint)");
   Section data = sub("data");
-  c.train_data = (data.string("train", ""));
+  c.train_data = dataset_prefix(data.string("train", ""));
   ZAYA_CHECK(!c.train_data.empty(), src, ": field 'data.train' (a prepared dataset prefix) is required");
-  c.val_data = (data.string("val", ""));
+  c.val_data = dataset_prefix(data.string("val", ""));
   c.data_seed = uint64_t(data.integer("seed", 1, 0));
   c.tokenizer = (top.string("tokenizer", ""));
   c.steps = top.integer("steps", c.steps, 1);
@@ -105,7 +129,7 @@ TrainConfig parse_train_config(const std::string& text, const std::string& src) 
   if (optim.is_object() && optim.contains("schedule") && optim["schedule"].is_object() &&
       !optim["schedule"].contains("total_steps"))
     optim["schedule"]["total_steps"] = c.steps;
-  c.optim = parse_optim_config(optim, src + ": optim");
+  c.optim = parse_optim_config(optim, src, "optim");
   Section batch = sub("batch");
   c.micro_batch = batch.integer("micro_batch", c.micro_batch, 1);
   c.seq_len = batch.integer("seq_len", c.seq_len, 1);

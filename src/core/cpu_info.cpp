@@ -1,0 +1,45 @@
+#include "core/cpu_info.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+
+namespace zaya {
+
+CpuInfo cpu_info() {
+  CpuInfo c;
+  c.model = "unknown";
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line)) {
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    const std::string key = line.substr(0, line.find_last_not_of(" \t", colon - 1) + 1);
+    const std::string value = colon + 2 <= line.size() ? line.substr(colon + 2) : "";
+    if (key == "model name" && c.model == "unknown") c.model = value;
+    if (key == "cpu family" && c.family < 0) c.family = std::atoi(value.c_str());
+  }
+  c.cores = int(sysconf(_SC_NPROCESSORS_ONLN));
+  __builtin_cpu_init();
+  // Each name is a GCC __builtin_cpu_supports feature.
+#define ZAYA_FEATURE(name) \
+  if (__builtin_cpu_supports(name)) c.features += std::string(c.features.empty() ? "" : " ") + name;
+  ZAYA_FEATURE("avx2")
+  ZAYA_FEATURE("fma")
+  ZAYA_FEATURE("avx512f")
+  ZAYA_FEATURE("avx512bw")
+  ZAYA_FEATURE("avx512vl")
+  ZAYA_FEATURE("avx512vnni")
+  ZAYA_FEATURE("avx512bf16")
+#undef ZAYA_FEATURE
+  return c;
+}
+
+std::string cpu_summary() {
+  const CpuInfo c = cpu_info();
+  return c.model + (c.family >= 0 ? " (family " + std::to_string(c.family) + ")" : "") + ", " +
+         std::to_string(c.cores) + " CPUs, " + (c.features.empty() ? "no AVX2" : c.features);
+}
+
+}  // namespace zaya
