@@ -195,3 +195,32 @@ TEST(Cli, ModelMayNameTheConfigFile) {
   EXPECT_LT(zaya::test::max_abs_diff(f.tensor("logits").f32(), logits.data(), logits.size()), 1e-4);
   std::filesystem::remove(out);
 }
+
+// A checkpoint argument that is not one checkpoint is named before anything is built, with what it is.
+TEST(Cli, CheckpointArgumentsSayWhatTheyAre) {
+  const std::string g = zaya::test::golden_dir();
+  const std::filesystem::path root = tmp("zaya_cli_ckpt_root");
+  std::filesystem::remove_all(root);
+  std::filesystem::create_directories(root / "step_00000004");
+  std::filesystem::create_directories(root / "step_00000008");
+  const std::string train = "train --config " + g + "/no-such-train.json --resume ";
+  struct Case {
+    std::string args, want;
+  };
+  const std::vector<Case> cases = {
+      {train + "yes", "--resume (auto or a step directory) 'yes' does not exist"},
+      {train + g, "is a Hugging Face model directory, not a training checkpoint"},
+      {train + root.string(), "is a checkpoints root, not one checkpoint: pass a step directory (" +
+                                  (root / "step_00000008").string() + " is the newest) or --resume auto"},
+      {"export --out " + tmp("zaya_cli_x") + " --checkpoint " + g, "is a Hugging Face model directory"},
+      {"export --out " + tmp("zaya_cli_x") + " --checkpoint " + root.string(), "is a checkpoints root"},
+      {"export --out " + tmp("zaya_cli_x") + " --checkpoint " + (root / "step_00000004").string(),
+       "not a training checkpoint (an empty directory)"},
+  };
+  for (const Case& c : cases) {
+    Proc r = run(c.args);
+    EXPECT_EQ(r.status, 1) << c.args << "\n" << r.out;
+    EXPECT_NE(r.out.find(c.want), std::string::npos) << c.args << "\n" << r.out;
+  }
+  std::filesystem::remove_all(root);
+}

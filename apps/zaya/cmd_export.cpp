@@ -70,6 +70,7 @@ int cmd_export(int argc, char** argv) {
                  "model config.json (default: the one named by the TRAIN.json saved in the checkpoint)");
   app.add_option("--tokenizer", tokenizer, "copy this tokenizer.json into the output directory");
   ZAYA_PARSE(app, argc, argv);
+  zaya::ckpt::check_checkpoint_dir(ckpt_dir, "--checkpoint");
 
   const zaya::ckpt::Checkpoint ck = zaya::ckpt::Checkpoint::open(ckpt_dir);  // verifies every checksum
   const zaya::ZayaConfig cfg = config_of(ck, model_config);

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <exception>
 
+#include "ckpt/checkpoint.h"
 #include "cli.h"
 #include "command.h"
 #include "core/error.h"
@@ -38,6 +39,10 @@ int cmd_train(int argc, char** argv) {
       "data parallel: start each block's gradient reductions (nonblocking) during the backward instead "
       "of blocking reductions after it (slower on one machine without an MPI progress thread)");
   ZAYA_PARSE(app, argc, argv);
+  // A named checkpoint is checked before anything is built: a typo, an HF model directory or a checkpoints
+  // root is named at once, not after the model's set-up.
+  if (!run.resume.empty() && run.resume != "auto")
+    zaya::ckpt::check_checkpoint_dir(run.resume, "--resume (auto or a step directory)");
   // MPI starts here when a launcher started this process (a world of one otherwise).
   zaya::dist::Comm& comm = zaya::dist::Comm::world();
   comm.set_timeout(comm_timeout);

@@ -159,11 +159,41 @@ void commit(const std::string& dir, int64_t step, int world, const json& state) 
   sync_dir(fs::path(dir).parent_path().string());
 }
 
+void check_checkpoint_dir(const std::string& dir, const std::string& what) {
+  const fs::path p(dir);
+  ZAYA_CHECK(fs::exists(p), what, " '", dir,
+             "' does not exist (expected a checkpoint step directory, .../checkpoints/step_NNNNNNNN)");
+  ZAYA_CHECK(fs::is_directory(p), what, " '", dir, "' is a file; expected a checkpoint step directory");
+  if (fs::exists(p / "COMPLETE") || fs::exists(p / "manifest.json")) {
+    ZAYA_CHECK(fs::exists(p / "COMPLETE"), dir,
+               ": incomplete checkpoint (no COMPLETE marker: the save did not finish)");
+    return;
+  }
+  if (fs::exists(p / "config.json")) {
+    fail(str_cat(
+        what, " '", dir,
+        "' is a Hugging Face model directory, not a training checkpoint (to train from its weights use "
+        "model.init_from in TRAIN.json; to run it, --model)"));
+  }
+  std::string newest;
+  for (const auto& e : fs::directory_iterator(p)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_directory() && name.rfind("step_", 0) == 0 && name > newest) newest = name;
+  }
+  const bool resuming = what.rfind("--resume", 0) == 0;
+  ZAYA_CHECK(newest.empty(), what, " '", dir,
+             "' is a checkpoints root, not one checkpoint: pass a step directory (", (p / newest).string(),
+             " is the newest)",
+             resuming ? " or --resume auto (the newest that verifies under checkpoint.dir)" : "");
+  ZAYA_CHECK(fs::exists(p / "COMPLETE"), dir,
+             fs::is_empty(p) ? ": not a training checkpoint (an empty directory)"
+                             : ": incomplete checkpoint (no COMPLETE marker: the save did not finish)");
+}
+
 Checkpoint Checkpoint::open(const std::string& dir) {
+  check_checkpoint_dir(dir, "checkpoint");
   Checkpoint c;
   c.dir_ = dir;
-  ZAYA_CHECK(fs::exists(fs::path(dir) / "COMPLETE"), dir,
-             ": incomplete checkpoint (no COMPLETE marker: the save did not finish)");
   const std::string mpath = (fs::path(dir) / "manifest.json").string();
   ZAYA_CHECK(fs::exists(mpath), dir, ": manifest.json is missing");
   const std::string text = read_text(mpath);

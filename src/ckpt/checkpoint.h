@@ -59,6 +59,13 @@ void commit(const std::string& dir, int64_t step, int world, const nlohmann::jso
 // Removes an earlier, uncommitted attempt at `dir` (rank 0 before the ranks write).
 void remove_partial(const std::string& dir);
 
+// Checks that `dir` names one training checkpoint (a step directory) before anything is built or read, and
+// otherwise says what it is instead and what to pass: it does not exist; it is a Hugging Face model
+// directory (config.json + safetensors: model.init_from or --model take those); it is a checkpoints root
+// holding step_* directories (pass one of them, e.g. the newest, or --resume auto); it has no COMPLETE marker
+// (a save that did not finish). Throws zaya::Error; `what` names the flag or field ("--resume").
+void check_checkpoint_dir(const std::string& dir, const std::string& what);
+
 // A verified checkpoint in memory: every data file read and every tensor's checksum checked.
 class Checkpoint {
  public:
