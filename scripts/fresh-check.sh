@@ -258,6 +258,7 @@ chmod 755 "$ROOT"  # "/" of the chroot (mktemp made it 0700)
 
 # The repository: a clone of HEAD (self-contained, no hardlinks or alternates into the host's .git).
 HEAD_SHA="$(git -C "$REPO" rev-parse HEAD)"
+say "commit $HEAD_SHA ($(git -C "$REPO" log -1 --format=%s "$HEAD_SHA" | cut -c1-80))"
 git clone -q --no-hardlinks --no-checkout "$REPO" "$ROOT$GUEST_DIR"
 git -C "$ROOT$GUEST_DIR" checkout -q --detach "$HEAD_SHA"
 if [ "$WORKTREE" = 1 ]; then
