@@ -2,7 +2,9 @@
 //   zaya data prepare --input FILE|DIR [--input ...] --tokenizer tokenizer.json --out PREFIX
 //                     [--format text|jsonl] [--jsonl-field text] [--text-doc-split file|paragraph]
 //                     [--val-fraction 0.01] [--seed 1234] [--append-eos=true|false] [--no-progress]
-//   -> PREFIX.train.bin/.idx, PREFIX.val.bin/.idx (Megatron layout, 4-byte tokens) and PREFIX.json.
+//                     [--overwrite]
+//   -> PREFIX.train.bin/.idx, PREFIX.val.bin/.idx (Megatron layout, 4-byte tokens) and PREFIX.json; existing
+//   ones only with --overwrite.
 //   zaya data info PREFIX: documents, tokens and the first tokens of a .bin/.idx pair.
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -26,7 +28,7 @@ int cmd_data(int argc, char** argv) {
   std::string format = "text", field = "text", split = "file", tokenizer_path, out;
   double val_fraction = 0.0;
   uint64_t seed = 1234;
-  bool append_eos = true, no_progress = false;
+  bool append_eos = true, no_progress = false, overwrite = false;
   int threads = 0;
   prepare->add_option("--input", inputs, "input file or directory (repeatable)")->required();
   prepare->add_option("--format", format, "text or jsonl")->capture_default_str();
@@ -35,7 +37,10 @@ int cmd_data(int argc, char** argv) {
   prepare->add_option("--text-doc-split", split, "plain text: one document per file or per paragraph")
       ->capture_default_str();
   prepare->add_option("--tokenizer", tokenizer_path, "tokenizer.json")->required();
-  prepare->add_option("--out", out, "output prefix (PREFIX.train.bin/.idx, PREFIX.val.bin/.idx, PREFIX.json)")
+  prepare
+      ->add_option("--out", out,
+                   "output PREFIX such as DIR/name (writes PREFIX.train.bin/.idx, PREFIX.val.bin/.idx, "
+                   "PREFIX.json)")
       ->required();
   prepare->add_option("--val-fraction", val_fraction, "fraction of documents held out for validation")
       ->capture_default_str();
@@ -44,6 +49,8 @@ int cmd_data(int argc, char** argv) {
       ->capture_default_str();
   prepare->add_option("--threads", threads, "tokenizer threads (default: OMP_NUM_THREADS / all cores)");
   prepare->add_flag("--no-progress", no_progress, "no progress bar on stderr");
+  prepare->add_flag("--overwrite", overwrite,
+                    "replace existing PREFIX.* outputs (all of them are removed first)");
 
   auto* info = app.add_subcommand("info", "print the size of a .bin/.idx pair");
   std::string info_prefix;
@@ -64,6 +71,7 @@ int cmd_data(int argc, char** argv) {
     opt.seed = seed;
     opt.append_eos = append_eos;
     opt.progress = !no_progress;
+    opt.overwrite = overwrite;
     if (threads > 0) zaya::set_num_threads(threads);
     zaya::Tokenizer tok = zaya::Tokenizer::load(tokenizer_path);
     zaya::data::PrepareStats s = zaya::data::prepare_dataset(tok, opt);

@@ -5,7 +5,10 @@
 // The model config comes from the TRAIN.json saved in the checkpoint's state (its model.config or
 // model.init_from path must still exist), or from --model-config when that file has moved. Every parameter
 // and buffer is assembled from the ranks' slices in fp32 (the trainer's master weights), then written in the
-// requested dtype: fp32 reproduces the trainer's own final `model/` directory bit for bit.
+// requested dtype: fp32 reproduces the trainer's own final `model/` directory bit for bit. The run's
+// tokenizer
+// (--tokenizer, else the saved TRAIN.json's "tokenizer") is copied beside it, so that `zaya generate
+// --prompt` works on the export. A non-empty --out is refused unless --overwrite.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <filesystem>
@@ -15,6 +18,7 @@
 #include "cli.h"
 #include "command.h"
 #include "core/error.h"
+#include "io/output_dir.h"
 #include "model/zaya-checkpoint.h"
 #include "model/zaya-init.h"
 #include "model/zaya-weights.h"
@@ -55,10 +59,44 @@ zaya::ZayaConfig config_of(const zaya::ckpt::Checkpoint& ck, const std::string& 
   }
 }
 
+// The saved TRAIN.json of checkpoint `ck` as JSON (null when it has none).
+nlohmann::json saved_train_config(const zaya::ckpt::Checkpoint& ck) {
+  const nlohmann::json& st = ck.state();
+  if (!st.is_object() || !st.contains("train_config")) return nullptr;
+  const nlohmann::json& tc = st["train_config"];
+  const nlohmann::json j = tc.is_string() ? nlohmann::json::parse(tc.get<std::string>(), nullptr, false) : tc;
+  return j.is_object() ? j : nlohmann::json(nullptr);
+}
+
+// Copies the tokenizer into the export: --tokenizer, else the run's own (TRAIN.json "tokenizer", a path
+// relative to where the run was started: a warning when it is not found from here).
+void copy_tokenizer(const zaya::ckpt::Checkpoint& ck, const std::string& flag, const std::string& out_dir) {
+  namespace fs = std::filesystem;
+  std::string path = flag;
+  if (path.empty()) {
+    const nlohmann::json tc = saved_train_config(ck);
+    if (tc.is_object() && tc.contains("tokenizer") && tc["tokenizer"].is_string())
+      path = tc["tokenizer"].get<std::string>();
+    if (path.empty()) return;
+    if (!fs::is_regular_file(path)) {
+      std::fprintf(stderr,
+                   "export: WARNING: the run's tokenizer %s (TRAIN.json \"tokenizer\") is not found from "
+                   "here: the export has no tokenizer.json (pass --tokenizer)\n",
+                   path.c_str());
+      return;
+    }
+  }
+  fs::copy_file(path, out_dir + "/tokenizer.json", fs::copy_options::overwrite_existing);
+  std::fprintf(stderr, "export: tokenizer %s copied\n", path.c_str());
+}
+
 int cmd_export(int argc, char** argv) {
-  CLI::App app{"Export a training checkpoint (step directory) as a Hugging Face checkpoint directory"};
+  CLI::App app{
+      "Export a training checkpoint (step directory) as a Hugging Face checkpoint directory, with the run's "
+      "tokenizer (--tokenizer, else TRAIN.json's \"tokenizer\")"};
   std::string ckpt_dir, out_dir, dtype = "bf16", model_config, tokenizer;
   double max_shard_mb = 5000.0;
+  bool overwrite = false;
   app.add_option("--checkpoint", ckpt_dir, "training checkpoint directory (…/checkpoints/step_NNNNNNNN)")
       ->required();
   app.add_option("--out", out_dir, "output HF directory (config.json + safetensors)")->required();
@@ -68,9 +106,16 @@ int cmd_export(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--model-config", model_config,
                  "model config.json (default: the one named by the TRAIN.json saved in the checkpoint)");
+  app.add_flag("--overwrite", overwrite,
+               "write into a non-empty --out: its checkpoint files (config.json, *.safetensors, the index, "
+               "tokenizer files) are removed first");
   app.add_option("--tokenizer", tokenizer, "copy this tokenizer.json into the output directory");
   ZAYA_PARSE(app, argc, argv);
   zaya::ckpt::check_checkpoint_dir(ckpt_dir, "--checkpoint");
+
+  zaya::check_output_dir(out_dir, "--out", overwrite);
+  ZAYA_CHECK(tokenizer.empty() || std::filesystem::is_regular_file(tokenizer), "--tokenizer ", tokenizer,
+             ": no such file");
 
   const zaya::ckpt::Checkpoint ck = zaya::ckpt::Checkpoint::open(ckpt_dir);  // verifies every checksum
   const zaya::ZayaConfig cfg = config_of(ck, model_config);
@@ -89,10 +134,14 @@ int cmd_export(int argc, char** argv) {
     count++;
   }
   const zaya::DType dt = dtype == "bf16" ? zaya::DType::BF16 : zaya::DType::F32;
+  const std::vector<std::string> removed = zaya::remove_model_files(out_dir);
+  if (!removed.empty()) {
+    std::string names;
+    for (const auto& n : removed) names += (names.empty() ? "" : ", ") + n;
+    std::fprintf(stderr, "export: --overwrite: removed %s from %s\n", names.c_str(), out_dir.c_str());
+  }
   zaya::save_hf_checkpoint(out_dir, cfg, w, dt, uint64_t(max_shard_mb * 1e6));
-  if (!tokenizer.empty())
-    std::filesystem::copy_file(tokenizer, out_dir + "/tokenizer.json",
-                               std::filesystem::copy_options::overwrite_existing);
+  copy_tokenizer(ck, tokenizer, out_dir);
   std::fprintf(stderr, "export: step %ld (%d rank%s): %ld tensors, %.3f M parameters in %s -> %s\n",
                long(ck.step()), ck.world(), ck.world() == 1 ? "" : "s", long(count), cfg.num_params() / 1e6,
                dtype.c_str(), out_dir.c_str());

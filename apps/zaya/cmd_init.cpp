@@ -1,6 +1,7 @@
 // zaya init: writes a fresh HF-format checkpoint (config.json + safetensors, sharded above a size) with the
 // reference initialisation. Streams tensor by tensor into mapped shards, so the real ZAYA1-8B shape
-// (17.7 GB in bf16) is written without holding it in memory.
+// (17.7 GB in bf16) is written without holding it in memory. A non-empty --out is refused unless
+// --overwrite, which first removes the checkpoint files there (so no stale tokenizer.json stays).
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
@@ -10,6 +11,7 @@
 #include "cli.h"
 #include "command.h"
 #include "core/error.h"
+#include "io/output_dir.h"
 #include "io/safetensors_writer.h"
 #include "model/zaya-init.h"
 #include "model/zaya-weights.h"
@@ -21,13 +23,21 @@ int cmd_init(int argc, char** argv) {
   std::string config_path, out_dir, dtype = "bf16", tokenizer;
   uint64_t seed = 0;
   double max_shard_gb = 5.0;
+  bool overwrite = false;
   app.add_option("--config", config_path, "model config.json (native or legacy)")->required();
   app.add_option("--out", out_dir, "output directory")->required();
   app.add_option("--dtype", dtype, "stored dtype")->check(CLI::IsMember({"fp32", "bf16"}));
   app.add_option("--seed", seed, "initialisation seed");
   app.add_option("--max-shard-gb", max_shard_gb, "shard the weights above this many GB per file (default 5)");
+  app.add_flag("--overwrite", overwrite,
+               "write into a non-empty --out: its checkpoint files (config.json, *.safetensors, the index, "
+               "tokenizer files) are removed first");
   app.add_option("--tokenizer", tokenizer, "copy this tokenizer.json into the checkpoint");
   ZAYA_PARSE(app, argc, argv);
+
+  zaya::check_output_dir(out_dir, "--out", overwrite);
+  ZAYA_CHECK(tokenizer.empty() || std::filesystem::is_regular_file(tokenizer), "--tokenizer ", tokenizer,
+             ": no such file");
 
   zaya::ZayaConfig cfg = zaya::load_config(config_path);
   cfg.layout = zaya::CheckpointLayout::Native;  // always written in the native layout
@@ -38,6 +48,12 @@ int cmd_init(int argc, char** argv) {
     // Every tensor in the stored dtype, balancing_biases included, as save_pretrained does (the golden
     // model.bf16.safetensors); the loader keeps vectors and balancing biases in fp32 whatever is stored.
     specs.push_back({p.name, dt, p.shape});
+  }
+  const std::vector<std::string> removed = zaya::remove_model_files(out_dir);
+  if (!removed.empty()) {
+    std::string names;
+    for (const auto& n : removed) names += (names.empty() ? "" : ", ") + n;
+    std::fprintf(stderr, "init: --overwrite: removed %s from %s\n", names.c_str(), out_dir.c_str());
   }
   std::filesystem::create_directories(out_dir);
   auto t0 = std::chrono::steady_clock::now();

@@ -17,7 +17,7 @@ int cmd_train(int argc, char** argv) {
   CLI::App app{
       "Train a ZAYA1 model (config in TRAIN.json; see docs/train-config.md; mpirun/srun for data "
       "parallelism, docs/distributed.md)"};
-  std::string config;
+  std::string config, out;
   int64_t steps = 0;
   double max_minutes = -1;
   double comm_timeout = 300;
@@ -25,10 +25,21 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--config", config, "TRAIN.json")->required();
   app.add_option("--steps", steps, "override 'steps'");
   app.add_option("--max-minutes", max_minutes, "override 'max_minutes'");
-  app.add_option("--resume", run.resume,
-                 "continue from a training checkpoint: 'auto' (the newest one under checkpoint.dir whose "
-                 "checksums verify; broken ones are reported and skipped; no committed one = start fresh) or "
-                 "a step directory; any number of ranks loads it (resharding)");
+  app.add_option("--out", out,
+                 "override 'out': the run's directory (checkpoints go to DIR/checkpoints unless "
+                 "checkpoint.dir is set). A directory belongs to one run: a fresh start into one that holds "
+                 "another run is refused");
+  auto* overwrite =
+      app.add_flag("--overwrite", run.overwrite,
+                   "a fresh start into a directory of another run removes that run's files "
+                   "(run.json, metrics, summary, model/, checkpoints) first instead of refusing");
+  auto* resume = app.add_option(
+      "--resume", run.resume,
+      "continue from a training checkpoint: 'auto' (the newest one under checkpoint.dir whose "
+      "checksums verify; broken ones are reported and skipped; no committed one = start fresh) or "
+      "a step directory; any number of ranks loads it (resharding). A run that has already "
+      "finished is reported complete and left as it is");
+  overwrite->excludes(resume);
   app.add_option("--rank-log", run.rank_log_dir, "data parallel: every rank also logs to DIR/rank<r>.log");
   app.add_option("--comm-timeout", comm_timeout,
                  "data parallel: seconds to wait for the other ranks before aborting the job with a message "
@@ -53,6 +64,11 @@ int cmd_train(int argc, char** argv) {
       c.optim.schedule.total_steps = steps;
     }
     if (max_minutes >= 0) c.max_minutes = max_minutes;
+    if (!out.empty()) {
+      // The checkpoints follow the run's directory unless TRAIN.json puts them elsewhere.
+      if (c.ckpt_dir == c.out_dir + "/checkpoints") c.ckpt_dir = out + "/checkpoints";
+      c.out_dir = out;
+    }
     const zaya::train::TrainSummary sum = zaya::train::run_training(c, run);
     if (!sum.stopped.empty()) {
       if (comm.is_root()) std::fprintf(stderr, "zaya train: stopped: %s\n", sum.stopped.c_str());

@@ -340,9 +340,11 @@ std::vector<CheckpointListing> list_checkpoints(const std::string& root) {
   return out;
 }
 
-std::unique_ptr<Checkpoint> open_latest(const std::string& root, std::vector<std::string>* skipped) {
+std::unique_ptr<Checkpoint> open_latest(const std::string& root, std::vector<std::string>* skipped,
+                                        const CheckpointFilter& consider) {
   auto list = list_checkpoints(root);
   for (auto it = list.rbegin(); it != list.rend(); ++it) {
+    if (consider && !consider(it->dir)) continue;
     try {
       return std::make_unique<Checkpoint>(Checkpoint::open(it->dir));
     } catch (const Error& e) {
@@ -352,13 +354,21 @@ std::unique_ptr<Checkpoint> open_latest(const std::string& root, std::vector<std
   return nullptr;
 }
 
-std::vector<std::string> apply_retention(const std::string& root, int64_t keep_last, int64_t keep_every) {
+std::vector<std::string> apply_retention(const std::string& root, int64_t keep_last, int64_t keep_every,
+                                         const CheckpointFilter& ours) {
   auto list = list_checkpoints(root);
+  // Complete checkpoints outside the selection are not considered at all: another run's newer steps must
+  // not push this run's own out of its newest keep_last.
+  std::vector<bool> mine(list.size(), true);
+  for (size_t i = 0; i < list.size(); i++)
+    if (list[i].complete && ours) mine[i] = ours(list[i].dir);
   int64_t newest_complete = -1, complete_seen = 0;
-  for (const auto& c : list)
-    if (c.complete) newest_complete = std::max(newest_complete, c.step);
+  for (size_t i = 0; i < list.size(); i++)
+    if (list[i].complete && mine[i]) newest_complete = std::max(newest_complete, list[i].step);
   std::vector<std::string> removed;
-  for (auto it = list.rbegin(); it != list.rend(); ++it) {
+  for (size_t i = list.size(); i-- > 0;) {
+    if (!mine[i]) continue;
+    const CheckpointListing* it = &list[i];
     bool keep;
     if (it->complete) {
       keep = complete_seen < keep_last || (keep_every > 0 && it->step % keep_every == 0);

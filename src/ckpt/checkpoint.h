@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -120,13 +121,21 @@ struct CheckpointListing {
 // The step_<n> directories under `root`, ascending by step (empty when root does not exist).
 std::vector<CheckpointListing> list_checkpoints(const std::string& root);
 
-// The newest checkpoint under `root` that opens and verifies. Every newer one that does not is reported in
-// `skipped` as "<dir>: <reason>" and never loaded. Returns nullptr when none verifies.
-std::unique_ptr<Checkpoint> open_latest(const std::string& root, std::vector<std::string>* skipped);
+// Selects step directories by their path (e.g. those of one training run); an empty one selects all.
+using CheckpointFilter = std::function<bool(const std::string& step_dir)>;
 
-// Retention: keeps the newest `keep_last` complete checkpoints and every one whose step is a multiple of
-// `keep_every` (0 = none kept for that reason); removes the other complete ones and every incomplete one
-// older than the newest complete one. Returns the removed directories.
-std::vector<std::string> apply_retention(const std::string& root, int64_t keep_last, int64_t keep_every);
+// The newest checkpoint under `root` (among those `consider` selects) that opens and verifies. Every newer
+// one that does not is reported in `skipped` as "<dir>: <reason>" and never loaded. Returns nullptr when
+// none verifies.
+std::unique_ptr<Checkpoint> open_latest(const std::string& root, std::vector<std::string>* skipped,
+                                        const CheckpointFilter& consider = {});
+
+// Retention over the checkpoints `ours` selects (the others, e.g. another run's that share the directory,
+// are neither removed nor counted): keeps the newest `keep_last` complete checkpoints and every one whose
+// step is a multiple of `keep_every` (0 = none kept for that reason); removes the other complete ones, and
+// every incomplete directory older than the newest complete one selected (a save cut short: never
+// loadable). Returns the removed directories.
+std::vector<std::string> apply_retention(const std::string& root, int64_t keep_last, int64_t keep_every,
+                                         const CheckpointFilter& ours = {});
 
 }  // namespace zaya::ckpt

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <vector>
@@ -21,8 +22,39 @@ bool is_validation_document(uint64_t doc_index, uint64_t seed, double val_fracti
   return u < val_fraction;
 }
 
+namespace {
+
+// The files prepare_dataset writes for `prefix`.
+std::vector<std::string> output_files(const std::string& prefix) {
+  return {prefix + ".train.bin", prefix + ".train.idx", prefix + ".val.bin", prefix + ".val.idx",
+          prefix + ".json"};
+}
+
+// --out is a prefix: "DIR/" or "DIR/." would write hidden files named ".train.bin" inside DIR.
+void check_out_prefix(const std::string& prefix) {
+  ZAYA_CHECK(!prefix.empty(), "--out: an output prefix is required");
+  const std::string name = std::filesystem::path(prefix).filename().string();
+  ZAYA_CHECK(prefix.back() != '/' && !name.empty() && name != "." && name != "..", "--out ", prefix,
+             ": takes a PREFIX such as DIR/name (writes DIR/name.train.bin, DIR/name.train.idx, ... and "
+             "DIR/name.json), not a directory");
+}
+
+// Existing outputs are an error unless `overwrite`, which removes all of them.
+void claim_outputs(const std::string& prefix, bool overwrite) {
+  std::error_code ec;
+  std::string existing;
+  for (const std::string& f : output_files(prefix))
+    if (std::filesystem::exists(f, ec)) existing += (existing.empty() ? "" : ", ") + f;
+  if (existing.empty()) return;
+  ZAYA_CHECK(overwrite, "--out ", prefix, ": ", existing,
+             " already exist; pass --overwrite to replace them, or choose another prefix");
+  for (const std::string& f : output_files(prefix)) std::filesystem::remove(f, ec);
+}
+
+}  // namespace
+
 PrepareStats prepare_dataset(const Tokenizer& tokenizer, const PrepareOptions& options) {
-  ZAYA_CHECK(!options.out_prefix.empty(), "--out: an output prefix is required");
+  check_out_prefix(options.out_prefix);
   ZAYA_CHECK(options.val_fraction >= 0 && options.val_fraction < 1, "--val-fraction: ", options.val_fraction,
              " is out of range (expected a fraction in [0, 1))");
   int32_t eos = tokenizer.eos_id();
@@ -31,7 +63,8 @@ PrepareStats prepare_dataset(const Tokenizer& tokenizer, const PrepareOptions& o
              "pass --append-eos=false to write documents without one");
 
   auto t0 = std::chrono::steady_clock::now();
-  CorpusReader reader(options.corpus);
+  CorpusReader reader(options.corpus);  // the inputs are checked first: a bad one is the error to see
+  claim_outputs(options.out_prefix, options.overwrite);
   IndexedDatasetWriter train(options.out_prefix + ".train");
   std::unique_ptr<IndexedDatasetWriter> val;
   if (options.val_fraction > 0) val = std::make_unique<IndexedDatasetWriter>(options.out_prefix + ".val");
@@ -71,6 +104,16 @@ PrepareStats prepare_dataset(const Tokenizer& tokenizer, const PrepareOptions& o
   bar.finish(stats.documents, reader.bytes_read());
   ZAYA_CHECK(stats.documents > 0, "the corpus is empty: no documents in ", reader.files().size(),
              " input file(s) (empty files and empty JSONL strings are skipped)");
+  // An empty split would only fail later, in training, as "dataset has no tokens".
+  ZAYA_CHECK(train.tokens() > 0, "the training split is empty: --val-fraction ", options.val_fraction,
+             " put all ", stats.documents,
+             " document(s) into validation; lower --val-fraction or add "
+             "documents");
+  ZAYA_CHECK(!val || val->tokens() > 0, "the validation split is empty: --val-fraction ",
+             options.val_fraction, " of ", stats.documents,
+             " document(s) selected none (each document goes to validation with "
+             "that probability); add documents (for plain text, --text-doc-split paragraph makes one per "
+             "paragraph), raise --val-fraction, or pass --val-fraction 0 for no validation split");
 
   stats.train_documents = train.documents();
   stats.train_tokens = train.tokens();

@@ -7,6 +7,8 @@
 // hash(seed, d) / 2^64 < val_fraction: the split depends only on the seed and the document order, never
 // on thread count or batch boundaries. Tokenization runs on OpenMP threads over batches of documents;
 // documents are written in corpus order, so the output is identical for any thread count.
+// Existing output files of PREFIX are never overwritten by accident (PrepareOptions::overwrite), and a
+// split that comes out empty is an error: a training run on it would fail much later and less clearly.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +26,9 @@ struct PrepareOptions {
   uint64_t seed = 1234;
   bool append_eos = true;
   bool progress = true;  // the progress bar on stderr
+  // Replace existing PREFIX.{train,val}.{bin,idx} / PREFIX.json (all of them are removed first, so that no
+  // stale validation split stays beside a new training split); otherwise their existence is an error.
+  bool overwrite = false;
 };
 
 struct PrepareStats {
@@ -36,8 +41,11 @@ struct PrepareStats {
 // True when document `doc_index` belongs to the validation split.
 bool is_validation_document(uint64_t doc_index, uint64_t seed, double val_fraction);
 
-// Runs the whole job and writes the files above. Throws zaya::Error for bad options, unreadable or
-// malformed input, an empty corpus, a tokenizer without an eos token when append_eos is set, or I/O errors.
+// Runs the whole job and writes the files above. Throws zaya::Error for bad options (an out_prefix that ends
+// in '/' or names no file: it is a PREFIX like DIR/name), existing outputs without `overwrite`, unreadable
+// or malformed input, an empty corpus, an empty training or validation split, a tokenizer without an eos
+// token when append_eos is set, or I/O errors. An error before the end leaves no output files (the shards are
+// renamed into place at the end).
 PrepareStats prepare_dataset(const Tokenizer& tokenizer, const PrepareOptions& options);
 
 }  // namespace zaya::data

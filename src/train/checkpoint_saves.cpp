@@ -8,6 +8,8 @@
 
 namespace zaya::train {
 
+namespace fs = std::filesystem;
+
 namespace {
 
 using clock_type = std::chrono::steady_clock;
@@ -39,7 +41,16 @@ void CheckpointSaves::save(int64_t step, const std::function<std::vector<ckpt::T
   const std::string dir = ckpt::step_dir(c_.ckpt_dir, step);
   heartbeat(root_, step, "saving");
   const auto t0 = clock_type::now();
-  if (root_) ckpt::remove_partial(dir);
+  if (root_) {
+    // An earlier attempt at this step of this run, or a directory that names no run (a save cut short, a
+    // checkpoint from before run identities), is replaced; another run's committed checkpoint never is.
+    const std::string owner = fs::exists(fs::path(dir) / "COMPLETE") ? checkpoint_run_id(dir) : "";
+    ZAYA_CHECK(owner.empty() || owner == identity_.run_id, dir, " is a checkpoint of another run (run ",
+               owner, "; this run is ", identity_.run_id,
+               "): refusing to replace it. Give this run a checkpoint.dir "
+               "of its own");
+    ckpt::remove_partial(dir);
+  }
   comm_.allgather(0, "checkpoint start");
   Pending p;
   p.step = step;
@@ -103,7 +114,9 @@ void CheckpointSaves::commit(const Pending& p, int64_t reached) {
   heartbeat(root_, std::max(reached, p.step), "committing");  // the step reached, not the saved one
   if (root_) {
     ckpt::commit(p.dir, p.step, world_, p.state);
-    auto removed = ckpt::apply_retention(c_.ckpt_dir, c_.ckpt_keep_last, c_.ckpt_keep_every);
+    write_run_json(c_.ckpt_dir, identity_, c_);  // once: a file of this run stays as it is
+    auto removed = ckpt::apply_retention(c_.ckpt_dir, c_.ckpt_keep_last, c_.ckpt_keep_every,
+                                         [&](const std::string& d) { return is_ours(d); });
     const ckpt::AsyncSaveStats& s = saver_.last_stats();
     say("train: checkpoint %s committed: %.1f MB per rank staged in %.3f s (the training stall), written "
         "in "
@@ -114,6 +127,10 @@ void CheckpointSaves::commit(const Pending& p, int64_t reached) {
   }
   last_good_step_ = p.step;
   heartbeat(root_, std::max(reached, p.step), "saved");
+}
+
+bool CheckpointSaves::is_ours(const std::string& step_dir) const {
+  return checkpoint_run_id(step_dir) == identity_.run_id;
 }
 
 void CheckpointSaves::report_stalls() const {

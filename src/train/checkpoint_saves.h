@@ -2,7 +2,9 @@
 // rank's state (the training stall) and writes it in the background (ckpt/async_saver.h); the commit (rank
 // 0: manifest, COMPLETE, retention) follows at the first step boundary where every rank's write has
 // finished, decided collectively so that all ranks agree. One save in flight at most. A failed save leaves
-// the previous checkpoint untouched and, with checkpoint.on_error = stop, ends the run.
+// the previous checkpoint untouched and, with checkpoint.on_error = stop, ends the run. Every save belongs to
+// the run's identity (train/run_identity.h): retention removes only this run's checkpoints, and a save
+// never replaces another run's.
 #pragma once
 
 #include <chrono>
@@ -16,6 +18,7 @@
 #include "ckpt/async_saver.h"
 #include "ckpt/checkpoint.h"
 #include "dist/comm.h"
+#include "train/run_identity.h"
 #include "train/train_config.h"
 #include "train/train_log.h"
 
@@ -25,6 +28,10 @@ class CheckpointSaves {
  public:
   // Saves under c.ckpt_dir with c.ckpt_io_threads write streams; `events` gets a line per failed save.
   CheckpointSaves(const TrainConfig& c, dist::Comm& comm, EventLog& events);
+
+  // The run the saves belong to (before the first save): its checkpoints are the ones retention considers,
+  // and the first commit records it as <checkpoint.dir>/run.json.
+  void set_identity(const RunIdentity& id) { identity_ = id; }
 
   // Allocates and pre-faults the staging buffer for `bytes` ahead of the first save (AsyncSaver::reserve).
   void reserve(size_t bytes) { saver_.reserve(bytes); }
@@ -59,7 +66,10 @@ class CheckpointSaves {
   void drop_failed(const Pending& p);
   void commit(const Pending& p, int64_t reached);
 
+  bool is_ours(const std::string& step_dir) const;
+
   const TrainConfig& c_;
+  RunIdentity identity_;
   dist::Comm& comm_;
   EventLog& events_;
   const int rank_, world_;

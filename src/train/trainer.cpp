@@ -1,6 +1,8 @@
-// The training run (trainer.h) as one object whose methods are its phases, in the order they run:
-//   start-up (the constructor): output directory and logs, data, model, optimizer (ZeRO-1 shards), balancer;
-//   resume(): continue from a training checkpoint (RunOptions::resume);
+// The training run (trainer.h) as one object whose methods are its phases, in the order they run. Before
+// it, run_training() decides how the run starts (train/run_start.h: the run's identity and directories, a
+// fresh start, a resume, or a run that is already complete and needs nothing).
+//   start-up (the constructor): data, model, optimizer (ZeRO-1 shards), balancer;
+//   resume(): <out>/run.json and the training checkpoint to continue from (RunOptions::resume);
 //   begin_steps(): heartbeat, events.jsonl, the checkpoint staging buffer, metrics.jsonl;
 //   the step loop (run()): draw the batches, train the step, report a bad one, agree on preemption and the
 //     last step, evaluate, log the metrics, roll back after too many bad steps or commit / save checkpoints;
@@ -27,6 +29,7 @@
 #include "data/loader.h"
 #include "dist/comm.h"
 #include "dist/zero1.h"
+#include "io/output_dir.h"
 #include "kernels/gemm.h"
 #include "kernels/loss.h"
 #include "model/generate.h"
@@ -40,6 +43,8 @@
 #include "train/checkpoint_saves.h"
 #include "train/optimizer.h"
 #include "train/preempt.h"
+#include "train/run_identity.h"
+#include "train/run_start.h"
 #include "train/train_log.h"
 #include "train/train_model.h"
 #include "train/train_step.h"
@@ -61,6 +66,27 @@ std::string format_duration(double s) {
   else
     std::snprintf(buf, sizeof buf, "%dm%02ds", int(s / 60), int(s) % 60);
   return buf;
+}
+
+// tools/plot_train.py, found from the binary rather than the working directory: beside it (CMake copies it
+// next to build/zaya) or in <binary's directory>/../tools (a build directory inside the source tree).
+// "" when neither exists.
+std::string plot_script() {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) return "";
+  for (const fs::path& p :
+       {exe.parent_path() / "plot_train.py", exe.parent_path() / ".." / "tools" / "plot_train.py"})
+    if (fs::exists(p, ec)) return p.lexically_normal().string();
+  return "";
+}
+
+// `s` as one single-quoted shell word.
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char ch : s) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return q + "'";
 }
 
 // Mean CE over `batches` validation batches (the same batches every time: a fresh loader with a fixed seed).
@@ -215,8 +241,9 @@ struct StepRecord {
 
 class Trainer {
  public:
-  // Start-up (collective): output directory and logs, data, model, optimizer, balancer; reports the setup.
-  Trainer(const TrainConfig& c, const RunOptions& run);
+  // Start-up (collective): data, model, optimizer, balancer; reports the setup. `start`: the run's
+  // identity and the checkpoint to resume (train/run_start.h), decided before.
+  Trainer(const TrainConfig& c, const RunOptions& run, RunStart start);
   TrainSummary run();
 
  private:
@@ -240,6 +267,7 @@ class Trainer {
   void stop_for_signal(int signal);
   // The end of the run.
   TrainSummary finish();
+  void report_time_limit() const;
   void report_communication() const;
   void write_model() const;
   void write_sample() const;
@@ -253,7 +281,8 @@ class Trainer {
   dist::Comm& comm_;
   const int rank_, world_;
   const bool root_;
-  RunLog log_;  // say() for this run; out_dir
+  RunStart start_;        // the run's identity, the checkpoint to resume (released after the restore)
+  RunIdentity identity_;  // run id and config hash (train/run_identity.h)
 
   // The training state a checkpoint saves and restores: weights, optimizer and balancer state, the bad-step
   // window and the counters below, the data position.
@@ -290,9 +319,10 @@ class Trainer {
   double ema_tps_ = 0;
   clock_type::time_point t_loop_;
   int stopped_by_signal_ = 0;  // the preemption signal that ended the loop early, 0 when it ran to the end
+  bool time_limited_ = false;  // max_minutes ended the loop before c.steps
 };
 
-Trainer::Trainer(const TrainConfig& c, const RunOptions& run)
+Trainer::Trainer(const TrainConfig& c, const RunOptions& run, RunStart start)
     : c_(c),
       run_(run),
       t_start_(clock_type::now()),
@@ -300,7 +330,8 @@ Trainer::Trainer(const TrainConfig& c, const RunOptions& run)
       rank_(comm_.rank()),
       world_(comm_.size()),
       root_(comm_.is_root()),
-      log_(run.rank_log_dir, c.out_dir, rank_, root_),
+      start_(std::move(start)),
+      identity_(start_.identity),
       data_(open_train_data(c, world_)),
       tm_(TrainModel::create(c.model, c.init_from, c.init_seed, c.dtype)),
       groups_(zaya_param_groups(tm_.params, c.optim)),
@@ -361,6 +392,7 @@ TrainSummary Trainer::run() {
     measure_speed(s, t_step);
     const int preempted = agreed_preemption();
     const bool last = agreed_last_step();
+    time_limited_ = last && step_ < c_.steps;
     const double val = maybe_evaluate(last);
     log_metrics(s, val, last);
     sum_.final_train_loss = s.sr.loss;
@@ -384,27 +416,12 @@ TrainSummary Trainer::run() {
 
 // ---- Resuming and rolling back ----
 
-// RunOptions::resume: "" starts fresh; "auto" continues from the newest committed checkpoint that
-// verifies (fresh when there is none); else from that step directory.
+// Records the run in <out>/run.json and continues from the checkpoint the start chose (train/run_start.h:
+// RunOptions::resume, the run's identity and directories), if any.
 void Trainer::resume() {
-  if (run_.resume.empty()) return;
-  std::unique_ptr<ckpt::Checkpoint> ck;
-  if (run_.resume == "auto") {
-    std::vector<std::string> skipped;
-    ck = ckpt::open_latest(c_.ckpt_dir, &skipped);
-    for (const auto& why : skipped) say("train: resume: skipping %s\n", why.c_str());
-    // Directories without COMPLETE were never committed (a save cut short): they do not stop a fresh
-    // start. A committed one that fails to verify does: starting over would silently lose the run.
-    int64_t committed = 0;
-    for (const auto& l : ckpt::list_checkpoints(c_.ckpt_dir)) committed += l.complete;
-    ZAYA_CHECK(ck || committed == 0, c_.ckpt_dir, ": none of the ", committed,
-               " committed checkpoints verifies; refusing to start over (remove them or pick one with "
-               "--resume DIR)");
-    if (!ck)
-      say("train: resume auto: no committed checkpoint under %s, starting fresh\n", c_.ckpt_dir.c_str());
-  } else {
-    ck = std::make_unique<ckpt::Checkpoint>(ckpt::Checkpoint::open(run_.resume));
-  }
+  const std::unique_ptr<ckpt::Checkpoint> ck = std::move(start_.checkpoint);  // freed after the restore
+  saves_.set_identity(identity_);
+  if (root_) write_run_json(c_.out_dir, identity_, c_);
   if (!ck) return;
   restore(*ck, true);
   first_step_ = ck->step() + 1;
@@ -461,7 +478,11 @@ void Trainer::restore(const ckpt::Checkpoint& ck, bool with_loader) {
 int64_t Trainer::roll_back(int64_t at_step) {
   saves_.settle(true, sum_.steps);
   std::vector<std::string> skipped;
-  std::unique_ptr<ckpt::Checkpoint> ck = ckpt::open_latest(c_.ckpt_dir, &skipped);
+  // Only this run's checkpoints (another run's may share the directory).
+  std::unique_ptr<ckpt::Checkpoint> ck = ckpt::open_latest(c_.ckpt_dir, &skipped, [&](const std::string& d) {
+    const std::string id = checkpoint_run_id(d);
+    return id.empty() || id == identity_.run_id;
+  });
   for (const auto& why : skipped) say("train: rollback: skipping %s\n", why.c_str());
   ZAYA_CHECK(ck, "step ", at_step, ": ", c_.max_bad_steps,
              " consecutive bad steps (non-finite or spiking loss) and no checkpoint under ", c_.ckpt_dir,
@@ -655,6 +676,7 @@ nlohmann::json Trainer::checkpoint_state() const {
           // of (seed, epoch), saved above. The final sample's sampler is seeded afresh.
           {"rng", {{"loader_seed", ls.seed}}},
           {"run", run_shape(c_, world_)},
+          {"identity", identity_.to_json()},
           {"threads", num_threads()},
           {"train_config", nlohmann::json::parse(c_.text, nullptr, false).is_discarded()
                                ? nlohmann::json(c_.text)
@@ -685,6 +707,8 @@ TrainSummary Trainer::finish() {
     return sum_;
   }
   sum_.seconds = seconds_since(t_start_);
+  sum_.time_limited = time_limited_ && !stopped_by_signal_;
+  if (sum_.time_limited) report_time_limit();
   if (dp_) report_communication();
   // Preempted: the training checkpoint is the result; the final model, sample, plot and summary are the
   // resumed run's (metrics.jsonl ends at the checkpoint's step, where the resumed run appends).
@@ -694,6 +718,15 @@ TrainSummary Trainer::finish() {
   write_plot();
   write_summary();
   return sum_;
+}
+
+// max_minutes ended the run early: where, and whether --resume auto can continue it.
+void Trainer::report_time_limit() const {
+  const char* ck = c_.ckpt_every <= 0                      ? "no checkpoint configured"
+                   : saves_.last_good_step() == sum_.steps ? "checkpoint written"
+                                                           : "the checkpoint FAILED (see above)";
+  say("train: time limit of %g min reached at step %ld of %ld; %s\n", c_.max_minutes, long(sum_.steps),
+      long(c_.steps), ck);
 }
 
 void Trainer::report_communication() const {
@@ -710,6 +743,7 @@ void Trainer::report_communication() const {
 void Trainer::write_model() const {
   namespace fs = std::filesystem;
   const std::string model_dir = c_.out_dir + "/model";
+  remove_model_files(model_dir);  // e.g. a tokenizer.json that TRAIN.json no longer names
   save_hf_checkpoint(model_dir, tm_.master.cfg, tm_.master.w,
                      c_.save_dtype == "bf16" ? DType::BF16 : DType::F32);
   if (!c_.tokenizer.empty())
@@ -740,19 +774,32 @@ void Trainer::write_sample() const {
 
 // The plot (needs python3-matplotlib; the metrics stay in metrics.jsonl either way).
 void Trainer::write_plot() const {
-  std::string plot = c_.out_dir + "/training.png";
-  std::string cmd =
-      "/usr/bin/python3 tools/plot_train.py '" + c_.out_dir + "/metrics.jsonl' '" + plot + "' 2>&1";
-  if (std::filesystem::exists("tools/plot_train.py") && std::system(cmd.c_str()) == 0)
+  const std::string plot = c_.out_dir + "/training.png", script = plot_script();
+  if (script.empty()) {
+    say("train: no plot: tools/plot_train.py is neither beside the zaya binary nor in ../tools from it\n");
+    return;
+  }
+  if (std::system("/usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1") != 0) {
+    say("train: no plot (%s needs /usr/bin/python3 with matplotlib)\n", script.c_str());
+    return;
+  }
+  const std::string cmd = "/usr/bin/python3 " + shell_quote(script) + " " +
+                          shell_quote(c_.out_dir + "/metrics.jsonl") + " " + shell_quote(plot) + " 2>&1";
+  if (std::system(cmd.c_str()) == 0)
     say("train: plot written to %s\n", plot.c_str());
   else
-    say("train: no plot (needs /usr/bin/python3 with matplotlib and tools/plot_train.py)\n");
+    say("train: no plot: %s failed (see above)\n", script.c_str());
 }
 
 // summary.json: the TrainSummary, the world and the optimizer and communication figures.
 void Trainer::write_summary() const {
   nlohmann::json s = {
+      {"run_id", identity_.run_id},
+      {"config_hash", identity_.config_hash},
       {"steps", sum_.steps},
+      {"steps_planned", c_.steps},
+      // All the steps trained: --resume auto leaves a complete run as it is.
+      {"complete", sum_.steps == c_.steps},
       {"final_train_loss", sum_.final_train_loss},
       {"final_val_loss", sum_.final_val_loss},
       {"seconds", sum_.seconds},
@@ -761,6 +808,7 @@ void Trainer::write_summary() const {
       {"world", world_},
       {"optimizer_state_bytes_per_rank", state_per_rank_},
       {"optimizer_state_bytes_single", state_single_}};
+  if (sum_.time_limited) s["stopped"] = str_cat("time limit of ", c_.max_minutes, " min");
   if (dp_) {
     const dist::CommStats& st = dp_->stats();
     const double n = double(std::max<int64_t>(1, st.steps));
@@ -773,10 +821,35 @@ void Trainer::write_summary() const {
   std::ofstream(c_.out_dir + "/summary.json") << s.dump(2) << "\n";
 }
 
+// The summary of a run that had already finished, for the caller (its summary.json, read on rank 0);
+// nothing is trained or written.
+TrainSummary already_complete(const TrainConfig& c, const RunStart& start, bool root) {
+  TrainSummary s;
+  s.already_complete = true;
+  s.steps = start.checkpoint ? start.checkpoint->step() : c.steps;
+  if (!root) return s;
+  std::ifstream f(c.out_dir + "/summary.json");
+  const nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
+  if (j.is_object()) {
+    s.final_train_loss = j.value("final_train_loss", 0.0);
+    s.final_val_loss = j.value("final_val_loss", 0.0);
+    s.skipped_steps = j.value("skipped_steps", int64_t(0));
+    s.seconds = j.value("seconds", 0.0);
+  }
+  return s;
+}
+
 }  // namespace
 
 TrainSummary run_training(const TrainConfig& c, const RunOptions& run) {
-  Trainer trainer(c, run);
+  dist::Comm& comm = dist::Comm::world();
+  // say() routing and the output directory, for the whole run.
+  RunLog log(run.rank_log_dir, c.out_dir, comm.rank(), comm.is_root());
+  // First the run's directories and the checkpoint to resume: another run's directory is refused before
+  // the expensive start-up, and a run that has already finished is left as it is.
+  RunStart start = plan_run_start(c, run.resume, run.overwrite, comm);
+  if (start.complete) return already_complete(c, start, comm.is_root());
+  Trainer trainer(c, run, std::move(start));
   return trainer.run();
 }
 
