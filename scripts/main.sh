@@ -19,7 +19,9 @@ if [ ! -f "$D/brown.train.idx" ]; then
 fi
 
 echo "== 2. train (progress: step, loss, lr, grad norm, tokens/s, MFU, expert-load entropy, ETA)"
-$Z train --config configs/train-brown.json
+# runs/main/train belongs to this job: a re-run trains it again from scratch and replaces the previous
+# run's files (--overwrite; without it `zaya train` refuses a directory that holds another run).
+$Z train --config configs/train-brown.json --overwrite
 
 echo "== 3. talk to it"
 for seed in 1 2 3; do

@@ -202,9 +202,12 @@ TEST(Checkpoint, ResumeIsBitExactAndBrokenCheckpointsAreSkipped) {
       0);
   EXPECT_NE(test::read_text((fx.dir / "b5.log").string()).find("checksum"), std::string::npos);
 
-  // Only uncommitted directories (a first save cut short): resume auto reports them and starts fresh.
+  // Only uncommitted directories (a first save cut short): resume auto reports them and starts fresh. Such a
+  // first start never got to write a summary: the complete run's summary.json would make --resume auto
+  // report the run complete instead (RunDir.ResumeOfAFinishedRunChangesNothing).
   fs::remove_all(step8);
   fs::remove(step4 / "COMPLETE");
+  fs::remove(b / "summary.json");
   ASSERT_EQ(run_zaya("", "train --config " + cfg_b + " --resume auto", (fx.dir / "b6.log").string()), 0)
       << test::read_text((fx.dir / "b6.log").string());
   EXPECT_NE(test::read_text((fx.dir / "b6.log").string()).find("no committed checkpoint"), std::string::npos);
@@ -685,8 +688,261 @@ TEST(Checkpoint, FullDiskKeepsThePreviousCheckpoint) {
   auto listing = ckpt::list_checkpoints((mnt / "ck").string());
   ASSERT_EQ(listing.size(), 1u);
   EXPECT_EQ(ckpt::Checkpoint::open(listing[0].dir).step(), 4);
-  ASSERT_EQ(run_zaya("", "train --config " + cfg + " --resume auto --steps 5", (fx.dir / "g.log").string()),
-            0)
+  // (Resumed with the run's own step count: another --steps would be another run, refused.)
+  ASSERT_EQ(run_zaya("", "train --config " + cfg + " --resume auto", (fx.dir / "g.log").string()), 0)
       << test::read_text((fx.dir / "g.log").string());
   EXPECT_NE(test::read_text((fx.dir / "g.log").string()).find("(step 4)"), std::string::npos);
+}
+
+// ---- A run directory belongs to one run (train/run_start.h) ----
+
+namespace {
+
+// Every file under `dir` (relative path -> bytes): "byte-identical afterwards" compares two of these.
+std::map<std::string, std::string> snapshot(const fs::path& dir) {
+  std::map<std::string, std::string> out;
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    if (e.is_regular_file()) out[fs::relative(e.path(), dir).string()] = bytes_of(e.path());
+  return out;
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+// A committed one-tensor checkpoint of `step` under `root` that records the identity of run `run_id` (as
+// `zaya train` writes it into the state): another run's checkpoint, as far as retention and resume see.
+void foreign_checkpoint(const fs::path& root, int64_t step, const std::string& run_id) {
+  const std::string dir = ckpt::step_dir(root.string(), step);
+  Tensor t = Tensor::empty(DType::F32, {3});
+  for (int i = 0; i < 3; i++) t.f32()[i] = float(step);
+  ckpt::write_rank_part(dir, 0, {{"x", t, {}, 0}});
+  ckpt::commit(dir, step, 1,
+               {{"identity", {{"run_id", run_id}, {"config_hash", "0123456789abcdef"}, {"config", {}}}}});
+}
+
+}  // namespace
+
+// A fresh start into the directory of a finished run is refused, whatever its config, and the first run's
+// files stay byte-identical; --overwrite replaces that run (and says so: none of its checkpoints survive to
+// be resumed later); --out gives a run its own directory (with its checkpoints under it), from any working
+// directory, where the plot script is found beside the binary.
+TEST(RunDir, SecondRunIsRefusedOverwriteReplacesItOutMovesIt) {
+  Fixture fx;
+  const fs::path a = fx.dir / "first";
+  const std::string cfg = fx.config("first");
+  ASSERT_EQ(run_zaya("", "train --config " + cfg, (fx.dir / "a.log").string()), 0);
+  const auto before = snapshot(a);
+  ASSERT_TRUE(before.count("run.json") && before.count("checkpoints/run.json") &&
+              before.count("metrics.jsonl"));
+  const nlohmann::json run1 = test::read_json((a / "run.json").string());
+
+  // The README's example run: the same TRAIN.json with fewer steps, into the same directory.
+  EXPECT_EQ(run_zaya("", "train --config " + cfg + " --steps 5", (fx.dir / "b.log").string()), 1);
+  const std::string log_b = test::read_text((fx.dir / "b.log").string());
+  for (const std::string& part :
+       std::vector<std::string>{a.string() + " holds another run (run " + run1["run_id"].get<std::string>(),
+                                "steps: 8 (saved) vs 5 (this run)", "metrics.jsonl", "model/",
+                                "2 checkpoints (steps 4-8)", "--out DIR", "--overwrite"})
+    EXPECT_TRUE(contains(log_b, part)) << part << "\n" << log_b;
+  // The same config again: refused too, pointing at --resume auto.
+  EXPECT_EQ(run_zaya("", "train --config " + cfg, (fx.dir / "c.log").string()), 1);
+  EXPECT_TRUE(contains(test::read_text((fx.dir / "c.log").string()), "continue it with --resume auto"));
+  EXPECT_TRUE(snapshot(a) == before) << "a refused start changed the first run's files";
+
+  // --overwrite: the old run's files go (logged), the new run is all that is left.
+  ASSERT_EQ(run_zaya("", "train --config " + cfg + " --steps 5 --overwrite", (fx.dir / "d.log").string()), 0)
+      << test::read_text((fx.dir / "d.log").string());
+  EXPECT_TRUE(contains(test::read_text((fx.dir / "d.log").string()),
+                       "--overwrite: removed the previous run's files: run.json, metrics.jsonl"));
+  EXPECT_EQ(metrics_numbers(a / "metrics.jsonl", "step"), (std::vector<double>{1, 2, 3, 4, 5}));
+  std::vector<int64_t> steps;
+  for (const auto& l : ckpt::list_checkpoints((a / "checkpoints").string())) steps.push_back(l.step);
+  EXPECT_EQ(steps, (std::vector<int64_t>{4, 5})) << "the old run's step 8 must not survive";
+  const nlohmann::json run2 = test::read_json((a / "run.json").string());
+  EXPECT_NE(run2["run_id"], run1["run_id"]);
+  EXPECT_EQ(run2["steps"], 5);
+  EXPECT_EQ(test::read_json((a / "checkpoints" / "run.json").string())["run_id"], run2["run_id"]);
+  EXPECT_EQ(test::read_json((a / "summary.json").string())["complete"], true);
+  EXPECT_NE(run_zaya("", "train --config " + cfg + " --overwrite --resume auto", (fx.dir / "e.log").string()),
+            0);
+
+  // --out, started from another working directory: the run and its checkpoints land there; the plot script
+  // is looked up beside the binary, not in the working directory.
+  const fs::path moved = fx.dir / "moved";
+  ASSERT_EQ(
+      run_zaya("cd / &&", "train --config " + cfg + " --out " + moved.string(), (fx.dir / "f.log").string()),
+      0)
+      << test::read_text((fx.dir / "f.log").string());
+  EXPECT_TRUE(fs::exists(moved / "metrics.jsonl"));
+  EXPECT_TRUE(fs::exists(moved / "checkpoints" / "step_00000008" / "COMPLETE"));
+  EXPECT_EQ(test::read_json((moved / "run.json").string())["config_hash"], run1["config_hash"])
+      << "the output directory is not part of the run's identity";
+  const std::string log_f = test::read_text((fx.dir / "f.log").string());
+  EXPECT_FALSE(contains(log_f, "is neither beside")) << log_f;
+  EXPECT_TRUE(contains(log_f, "plot_train.py")) << log_f;
+}
+
+// --resume auto on a finished run reports it complete, exits 0 and changes no byte: with checkpoints (the
+// newest is the final step) and without (summary.json records all the steps); --resume of the final step
+// directory too.
+TEST(RunDir, ResumeOfAFinishedRunChangesNothing) {
+  Fixture fx;
+  const fs::path a = fx.dir / "done";
+  const std::string cfg = fx.config("done");
+  ASSERT_EQ(run_zaya("", "train --config " + cfg, (fx.dir / "a.log").string()), 0);
+  const auto before = snapshot(a);
+  for (const std::string& how : {std::string("auto"), (a / "checkpoints" / "step_00000008").string()}) {
+    const std::string log = (fx.dir / "r.log").string();
+    ASSERT_EQ(run_zaya("", "train --config " + cfg + " --resume " + how, log), 0) << test::read_text(log);
+    EXPECT_TRUE(contains(test::read_text(log),
+                         "the run is already complete: " + (a / "checkpoints" / "step_00000008").string() +
+                             " is its final step (8 of 8); nothing to do"))
+        << test::read_text(log);
+    EXPECT_FALSE(contains(test::read_text(log), "final validation loss")) << test::read_text(log);
+    EXPECT_TRUE(snapshot(a) == before) << "--resume " << how << " changed the finished run's files";
+  }
+
+  // No checkpoints at all: summary.json says the run is complete.
+  const fs::path n = fx.dir / "nockpt";
+  const std::string cfg_n = (fx.dir / "nockpt.json").string();
+  std::ofstream(cfg_n) << test::tiny_train_json(fx.dir, n, 3, 4, 0, 5);
+  ASSERT_EQ(run_zaya("", "train --config " + cfg_n, (fx.dir / "n1.log").string()), 0);
+  EXPECT_FALSE(fs::exists(n / "checkpoints"));
+  const auto before_n = snapshot(n);
+  ASSERT_EQ(run_zaya("", "train --config " + cfg_n + " --resume auto", (fx.dir / "n2.log").string()), 0);
+  EXPECT_TRUE(contains(test::read_text((fx.dir / "n2.log").string()), "summary.json records all 8 steps"))
+      << test::read_text((fx.dir / "n2.log").string());
+  EXPECT_TRUE(snapshot(n) == before_n);
+}
+
+// --resume refuses a checkpoint of another config and names the fields that differ, before anything is
+// written; --resume auto refuses the same in a directory of another config's run.
+TEST(RunDir, ResumeRefusesACheckpointOfAnotherConfig) {
+  Fixture fx;
+  const fs::path a = fx.dir / "orig";
+  const std::string cfg = fx.config("orig");
+  ASSERT_EQ(run_zaya("", "train --config " + cfg, (fx.dir / "a.log").string()), 0);
+  const auto before = snapshot(a);
+  const std::string step4 = (a / "checkpoints" / "step_00000004").string();
+
+  auto j = nlohmann::json::parse(test::read_text(cfg));
+  j["optim"]["lr"] = 0.02;
+  j["out"] = (fx.dir / "other_lr").string();
+  const std::string cfg_lr = (fx.dir / "other_lr.json").string();
+  std::ofstream(cfg_lr) << j.dump();
+  EXPECT_EQ(run_zaya("", "train --config " + cfg_lr + " --resume " + step4, (fx.dir / "b.log").string()), 1);
+  const std::string log_b = test::read_text((fx.dir / "b.log").string());
+  EXPECT_TRUE(contains(log_b, step4 + ": a checkpoint of another run")) << log_b;
+  EXPECT_TRUE(contains(log_b, "optim.lr: 0.01 (saved) vs 0.02 (this run)")) << log_b;
+  EXPECT_FALSE(fs::exists(fx.dir / "other_lr" / "metrics.jsonl"));
+
+  EXPECT_EQ(run_zaya("", "train --config " + cfg + " --steps 6 --resume auto", (fx.dir / "c.log").string()),
+            1);
+  const std::string log_c = test::read_text((fx.dir / "c.log").string());
+  EXPECT_TRUE(contains(log_c, "step_00000008: a checkpoint of another run")) << log_c;
+  EXPECT_TRUE(contains(log_c, "steps: 8 (saved) vs 6 (this run)")) << log_c;
+  EXPECT_TRUE(snapshot(a) == before);
+
+  // Same config, other output directory (only "out" differs): the checkpoint continues there.
+  const std::string cfg_copy = fx.config("copy");
+  ASSERT_EQ(run_zaya("", "train --config " + cfg_copy + " --resume " + step4, (fx.dir / "d.log").string()), 0)
+      << test::read_text((fx.dir / "d.log").string());
+  EXPECT_TRUE(contains(test::read_text((fx.dir / "d.log").string()), "(step 4)"));
+}
+
+// Retention counts only this run's checkpoints: another run's newer-numbered ones in the same directory
+// (steps 12 and 16 here) neither push this run's own out of keep_last nor get removed, and --resume auto
+// does not load them. (The old behaviour: the checkpoint just committed at step 4 was removed as "older" than
+// the other run's.)
+TEST(RunDir, RetentionKeepsThisRunsCheckpointsBesideAnotherRunsNewerOnes) {
+  Fixture fx;
+  const fs::path b = fx.dir / "mine", ck = b / "checkpoints";
+  const std::string cfg = (fx.dir / "mine.json").string();
+  std::ofstream(cfg) << test::tiny_train_json(fx.dir, b, 3, 4, 2, 2, ", \"async\": false");
+  EXPECT_EQ(run_zaya("ZAYA_DIST_FAULT=exit:0:3", "train --config " + cfg, (fx.dir / "a.log").string()), 9);
+  ASSERT_TRUE(fs::exists(ck / "step_00000002" / "COMPLETE"));
+  foreign_checkpoint(ck, 12, "00000000000000aa");
+  foreign_checkpoint(ck, 16, "00000000000000aa");
+  const auto foreign = snapshot(ck / "step_00000016");
+  ASSERT_EQ(run_zaya("", "train --config " + cfg + " --resume auto", (fx.dir / "b.log").string()), 0)
+      << test::read_text((fx.dir / "b.log").string());
+  EXPECT_TRUE(contains(test::read_text((fx.dir / "b.log").string()), "step_00000002 (step 2)"))
+      << test::read_text((fx.dir / "b.log").string());
+  std::vector<int64_t> steps;
+  for (const auto& l : ckpt::list_checkpoints(ck.string())) steps.push_back(l.step);
+  EXPECT_EQ(steps, (std::vector<int64_t>{6, 8, 12, 16}))
+      << "keep_last 2 of this run's (6, 8) + the other run's";
+  EXPECT_TRUE(snapshot(ck / "step_00000016") == foreign);
+}
+
+// A run stopped by max_minutes says where and whether a checkpoint holds it; summary.json records it as not
+// complete, and --resume auto finishes the run.
+TEST(RunDir, TimeLimitSaysWhereTheRunStopped) {
+  Fixture fx;
+  const fs::path t = fx.dir / "timed";
+  const std::string cfg = fx.config("timed", false, "", R"(, "max_minutes": 0.001)");
+  ASSERT_EQ(run_zaya("ZAYA_SLOW_STEP_MS=100", "train --config " + cfg, (fx.dir / "a.log").string()), 0);
+  const std::string log = test::read_text((fx.dir / "a.log").string());
+  const std::string said = "train: time limit of 0.001 min reached at step ";
+  const size_t at = log.find(said);
+  ASSERT_NE(at, std::string::npos) << log;
+  const int64_t stopped = std::atol(log.c_str() + at + said.size());
+  EXPECT_TRUE(contains(log, str_cat("reached at step ", stopped, " of 8; checkpoint written"))) << log;
+  const nlohmann::json s = test::read_json((t / "summary.json").string());
+  EXPECT_EQ(s["complete"], false);
+  EXPECT_EQ(s["steps"], stopped);
+  EXPECT_EQ(s["stopped"], "time limit of 0.001 min");
+  ASSERT_EQ(
+      run_zaya("", "train --config " + cfg + " --resume auto --max-minutes 0", (fx.dir / "b.log").string()),
+      0);
+  EXPECT_TRUE(contains(test::read_text((fx.dir / "b.log").string()), str_cat("(step ", stopped, ")")));
+  EXPECT_EQ(test::read_json((t / "summary.json").string())["complete"], true);
+
+  // Without checkpoints the message says so.
+  const std::string cfg_n = (fx.dir / "timed_n.json").string();
+  std::ofstream(cfg_n) << test::tiny_train_json(fx.dir, fx.dir / "timed_n", 3, 4, 0, 5, "",
+                                                R"(, "max_minutes": 0.001)");
+  ASSERT_EQ(run_zaya("ZAYA_SLOW_STEP_MS=100", "train --config " + cfg_n, (fx.dir / "c.log").string()), 0);
+  EXPECT_TRUE(contains(test::read_text((fx.dir / "c.log").string()), "of 8; no checkpoint configured"))
+      << test::read_text((fx.dir / "c.log").string());
+}
+
+// `zaya export` copies the run's tokenizer (TRAIN.json "tokenizer") so that `zaya generate --prompt` works on
+// the export; a non-empty --out is refused (nothing changes) unless --overwrite.
+TEST(RunDir, ExportCopiesTheTokenizerAndRefusesANonEmptyOut) {
+  Fixture fx;
+  const fs::path run = fx.dir / "tok", hf = fx.dir / "hf";
+  const std::string tok = (fx.dir / "tokenizer.json").string();
+  ASSERT_EQ(run_zaya("", "train --config " + fx.config("tok", false, "", R"(, "tokenizer": ")" + tok + "\""),
+                     (fx.dir / "a.log").string()),
+            0)
+      << test::read_text((fx.dir / "a.log").string());
+  const std::string step8 = (run / "checkpoints" / "step_00000008").string();
+  ASSERT_EQ(
+      run_zaya("", "export --checkpoint " + step8 + " --out " + hf.string(), (fx.dir / "e.log").string()), 0)
+      << test::read_text((fx.dir / "e.log").string());
+  EXPECT_EQ(bytes_of(hf / "tokenizer.json"), bytes_of(tok));
+  ASSERT_EQ(
+      run_zaya("", "generate --model " + hf.string() + " --prompt 'the cat' --max-new-tokens 4 --greedy",
+               (fx.dir / "g.log").string()),
+      0)
+      << test::read_text((fx.dir / "g.log").string());
+
+  const auto before = snapshot(hf);
+  EXPECT_EQ(
+      run_zaya("", "export --checkpoint " + step8 + " --out " + hf.string(), (fx.dir / "e2.log").string()),
+      1);
+  const std::string log = test::read_text((fx.dir / "e2.log").string());
+  EXPECT_TRUE(contains(log, "--out " + hf.string() + ": the directory is not empty")) << log;
+  EXPECT_TRUE(contains(log, "--overwrite")) << log;
+  EXPECT_TRUE(snapshot(hf) == before);
+  std::ofstream(hf / "tokenizer_config.json") << "{}";  // a file of an older export
+  ASSERT_EQ(
+      run_zaya("", "export --checkpoint " + step8 + " --out " + hf.string() + " --overwrite --dtype fp32",
+               (fx.dir / "e3.log").string()),
+      0)
+      << test::read_text((fx.dir / "e3.log").string());
+  EXPECT_FALSE(fs::exists(hf / "tokenizer_config.json"));
+  EXPECT_EQ(bytes_of(hf / "tokenizer.json"), bytes_of(tok));
 }

@@ -1,6 +1,7 @@
 // The `zaya` binary as users run it: real processes, real files. The parity contract of `zaya forward`
 // (output tensor names, shapes, dtypes) and of `zaya generate --json`, plus clear errors for bad input.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -223,4 +224,39 @@ TEST(Cli, CheckpointArgumentsSayWhatTheyAre) {
     EXPECT_NE(r.out.find(c.want), std::string::npos) << c.args << "\n" << r.out;
   }
   std::filesystem::remove_all(root);
+}
+
+// `zaya init` refuses a non-empty --out (nothing changes) unless --overwrite, which removes the previous
+// checkpoint's files first: no stale tokenizer.json stays beside the new model.
+TEST(Cli, InitRefusesANonEmptyOutAndLeavesNoStaleTokenizer) {
+  namespace fs = std::filesystem;
+  const std::string g = zaya::test::golden_dir(), out = tmp("zaya_cli_init_" + std::to_string(getpid()));
+  fs::remove_all(out);
+  const std::string tok = out + "_tokenizer.json";
+  FILE* f = fopen(tok.c_str(), "w");
+  fputs("{\"stands for\": \"a tokenizer of another vocabulary\"}", f);
+  fclose(f);
+  const std::string init = "init --config " + g + "/config.json --dtype fp32 --out " + out;
+  Proc r = run(init + " --tokenizer " + tok);
+  ASSERT_EQ(r.status, 0) << r.out;
+  ASSERT_TRUE(fs::exists(out + "/tokenizer.json"));
+  const std::string weights = zaya::test::read_text(out + "/model.safetensors");
+
+  r = run(init + " --seed 1");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("--out " + out +
+                       ": the directory is not empty (config.json, model.safetensors, "
+                       "tokenizer.json)"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("--overwrite"), std::string::npos) << r.out;
+  EXPECT_EQ(zaya::test::read_text(out + "/model.safetensors"), weights);
+
+  r = run(init + " --seed 1 --overwrite");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("removed config.json, model.safetensors, tokenizer.json"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(out + "/tokenizer.json")) << "the previous model's tokenizer must not stay";
+  EXPECT_NE(zaya::test::read_text(out + "/model.safetensors"), weights) << "seed 1 is another model";
+  fs::remove_all(out);
+  fs::remove(tok);
 }

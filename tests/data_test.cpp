@@ -277,6 +277,7 @@ TEST(Prepare, JsonlField) {
                                                 expected_tokens("doc \xc3\xa9 two\n")}));
   write_file(dir / "d.jsonl", "{\"body\": \"x\"}\n");
   opt.corpus.jsonl_field = "body";
+  opt.overwrite = true;  // the same prefix again: replacing it is deliberate here
   prepare_dataset(tokenizer(), opt);
   EXPECT_EQ(read_all(out + ".train"), (std::vector<std::vector<uint32_t>>{expected_tokens("x")}));
 }
@@ -351,6 +352,68 @@ TEST(Prepare, MalformedCorpusErrors) {
   expect_error([] { parse_text_doc_split("line"); }, {"--text-doc-split", "line"});
   // A failed run leaves no output pair behind.
   EXPECT_FALSE(fs::exists((work_dir() / "bad_out.train.idx")));
+}
+
+// An empty split is an error naming the split and what to change (a training run on it would only say
+// "dataset has no tokens"), and the failed run leaves no files.
+TEST(Prepare, EmptySplitsAreErrors) {
+  fs::path dir = fresh_dir("one_doc_in");
+  write_file(dir / "only.txt", "just one document here");
+  const std::string out = (work_dir() / "one_doc_out").string();
+  // Seeds that send the one document to training (validation empty) and to validation (training empty).
+  uint64_t to_train = 0, to_val = 0;
+  while (is_validation_document(0, to_train, 0.05)) to_train++;
+  while (!is_validation_document(0, to_val, 0.5)) to_val++;
+  PrepareOptions opt = prepare_options(dir, out);
+  opt.val_fraction = 0.05;
+  opt.seed = to_train;
+  expect_error([&] { prepare_dataset(tokenizer(), opt); },
+               {"the validation split is empty", "--val-fraction 0.05 of 1 document(s) selected none",
+                "add documents", "--val-fraction 0 for no validation split"});
+  opt.val_fraction = 0.5;
+  opt.seed = to_val;
+  expect_error([&] { prepare_dataset(tokenizer(), opt); },
+               {"the training split is empty", "all 1 document(s) into validation", "lower --val-fraction"});
+  for (const char* ext : {".train.bin", ".train.idx", ".val.bin", ".val.idx", ".json", ".train.bin.tmp"})
+    EXPECT_FALSE(fs::exists(out + ext)) << ext;
+  opt.val_fraction = 0;  // no validation split: fine
+  EXPECT_EQ(prepare_dataset(tokenizer(), opt).train_documents, 1u);
+}
+
+// Existing outputs are not overwritten unless asked; with overwrite every output of the prefix is replaced,
+// so no stale validation split stays beside a new training split.
+TEST(Prepare, ExistingOutputsNeedOverwrite) {
+  fs::path dir = fresh_dir("again_in");
+  for (int i = 0; i < 20; i++) write_file(dir / str_cat("d", i, ".txt"), str_cat("document ", i));
+  const std::string out = (work_dir() / "again_out").string();
+  PrepareOptions opt = prepare_options(dir, out);
+  opt.val_fraction = 0.3;
+  prepare_dataset(tokenizer(), opt);
+  const std::string train_idx = read_bytes(out + ".train.idx"), stats = read_bytes(out + ".json");
+  opt.val_fraction = 0;
+  expect_error([&] { prepare_dataset(tokenizer(), opt); },
+               {"--out " + out, out + ".train.bin", out + ".val.idx", "already exist", "--overwrite"});
+  EXPECT_EQ(read_bytes(out + ".train.idx"), train_idx);
+  EXPECT_EQ(read_bytes(out + ".json"), stats);
+  opt.overwrite = true;
+  EXPECT_EQ(prepare_dataset(tokenizer(), opt).train_documents, 20u);
+  EXPECT_FALSE(fs::exists(out + ".val.bin")) << "the old validation split must not survive";
+  EXPECT_FALSE(fs::exists(out + ".val.idx"));
+}
+
+// --out is a PREFIX: "DIR/" (or "DIR/.") would write hidden files ".train.bin" and ".json" inside DIR.
+TEST(Prepare, OutMustBeAPrefixNotADirectory) {
+  fs::path dir = fresh_dir("prefix_in");
+  write_file(dir / "a.txt", "some text");
+  const fs::path out_dir = fresh_dir("prefix_out");
+  for (const std::string& bad : {out_dir.string() + "/", out_dir.string() + "/."}) {
+    expect_error([&] { prepare_dataset(tokenizer(), prepare_options(dir, bad)); },
+                 {"--out " + bad, "takes a PREFIX such as DIR/name", "not a directory"});
+  }
+  EXPECT_TRUE(fs::is_empty(out_dir)) << "no file with an empty name was written";
+  // DIR/name is the way: the files go inside DIR.
+  prepare_dataset(tokenizer(), prepare_options(dir, (out_dir / "name").string()));
+  EXPECT_TRUE(fs::exists(out_dir / "name.train.bin"));
 }
 
 // ---- loader ----
@@ -547,6 +610,31 @@ TEST(DataCommand, PrepareWritesShardsAndStats) {
       run_zaya("data prepare --input " + dir.string() + "/nope --tokenizer " + tok_path + " --out " + out);
   EXPECT_NE(bad.status, 0);
   EXPECT_NE(bad.out.find("nope"), std::string::npos) << bad.out;
+
+  // The same prefix again: refused, then replaced with --overwrite.
+  const std::string args = "data prepare --input " + dir.string() + " --tokenizer " + tok_path +
+                           " --val-fraction 0.3 --seed 3 --no-progress --out ";
+  Proc again = run_zaya(args + out);
+  EXPECT_NE(again.status, 0) << again.out;
+  EXPECT_NE(again.out.find("already exist; pass --overwrite"), std::string::npos) << again.out;
+  Proc overwrite = run_zaya(args + out + " --overwrite");
+  EXPECT_EQ(overwrite.status, 0) << overwrite.out;
+  // A directory for --out: an error that says what --out takes; nothing written.
+  const fs::path out_dir = fresh_dir("cmd_out_dir");
+  Proc slash = run_zaya(args + out_dir.string() + "/");
+  EXPECT_NE(slash.status, 0) << slash.out;
+  EXPECT_NE(slash.out.find("takes a PREFIX such as DIR/name"), std::string::npos) << slash.out;
+  EXPECT_TRUE(fs::is_empty(out_dir));
+  // One document and a validation fraction that selects none of it: the empty split is named.
+  const fs::path one = fresh_dir("cmd_one_doc");
+  write_file(one / "only.txt", "hello world");
+  uint64_t seed = 0;
+  while (is_validation_document(0, seed, 0.05)) seed++;
+  Proc empty = run_zaya("data prepare --input " + one.string() + " --tokenizer " + tok_path +
+                        " --val-fraction 0.05 --no-progress --seed " + std::to_string(seed) + " --out " +
+                        (work_dir() / "cmd_one_out").string());
+  EXPECT_NE(empty.status, 0) << empty.out;
+  EXPECT_NE(empty.out.find("the validation split is empty"), std::string::npos) << empty.out;
 }
 
 }  // namespace

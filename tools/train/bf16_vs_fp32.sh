@@ -18,7 +18,7 @@ c.pop("sample", None)
 print(json.dumps(c, indent=1))
 PY
   echo "== $dt"
-  "$BUILD/zaya" train --config "$OUT/$dt.json" 2>&1 | grep -E "^train:|step +[0-9]+0/" || true
+  "$BUILD/zaya" train --config "$OUT/$dt.json" --overwrite 2>&1 | grep -E "^train:|step +[0-9]+0/" || true
 done
 /usr/bin/python3 tools/train/compare_runs.py "$OUT/fp32/metrics.jsonl" "$OUT/bf16/metrics.jsonl" \
   "$OUT/bf16_vs_fp32.png" | tee "$OUT/summary.json"
