@@ -6,9 +6,8 @@
 // model.init_from path must still exist), or from --model-config when that file has moved. Every parameter
 // and buffer is assembled from the ranks' slices in fp32 (the trainer's master weights), then written in the
 // requested dtype: fp32 reproduces the trainer's own final `model/` directory bit for bit. The run's
-// tokenizer
-// (--tokenizer, else the saved TRAIN.json's "tokenizer") is copied beside it, so that `zaya generate
-// --prompt` works on the export. A non-empty --out is refused unless --overwrite.
+// tokenizer (--tokenizer, else the saved TRAIN.json's "tokenizer") is copied beside it, so that
+// `zaya generate --prompt` works on the export. A non-empty --out is refused unless --overwrite.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <filesystem>

@@ -776,7 +776,7 @@ void Trainer::write_sample() const {
 void Trainer::write_plot() const {
   const std::string plot = c_.out_dir + "/training.png", script = plot_script();
   if (script.empty()) {
-    say("train: no plot: tools/plot_train.py is neither beside the zaya binary nor in ../tools from it\n");
+    say("train: no plot: tools/plot_train.py is neither beside this binary nor in ../tools from it\n");
     return;
   }
   if (std::system("/usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1") != 0) {
