@@ -8,7 +8,8 @@
 //      (text and JSON) and a non-zero exit; the backoff doubles without progress and stays put with it;
 //   4. SIGTERM to the supervisor is forwarded to the job (its exit status becomes the supervisor's) and not
 //      restarted; a preempted `zaya train` saves and exits 0; bad usage is a clear error;
-//   5. under mpirun -np 2, rank 1 dying is restarted and resumed.
+//   5. under mpirun -np 2, rank 1 dying is restarted and resumed;
+//   6. the same set-up error twice in a row (a missing TRAIN.json) stops the restarts with the reason.
 // One-shot faults: the command is a bash wrapper that sets ZAYA_DIST_FAULT only when a marker file does not
 // exist yet (and creates it), so that the restart runs clean.
 #include <fcntl.h>
@@ -302,4 +303,43 @@ TEST_F(Launch, MpirunRankCrashIsRestarted) {
   EXPECT_GE(r["attempts"][0]["max_step"], 4) << out;
   EXPECT_EQ(r["attempts"][1]["exit_code"], 0);
   expect_bitwise_as_straight("mpi", 2);
+}
+
+// A failure that a restart cannot fix (a missing TRAIN.json) is tried twice, not max-restarts + 1 times:
+// the same exit code and error line before the first step stops the supervisor with the reason. The job's
+// stderr still reaches the supervisor's stderr. An error that changes between attempts is retried as usual.
+TEST_F(Launch, SameSetupErrorTwiceStopsRestarting) {
+  const std::string log = (dir / "setup.log").string(), report = (dir / "setup.report.json").string();
+  const std::string missing = (dir / "no_such_config.json").string();
+  EXPECT_EQ(run(std::string(ZAYA_BINARY) + " launch --max-restarts 5 --backoff 0.05 --report " + report +
+                    " -- " + ZAYA_BINARY + " train --config " + missing + " --resume auto",
+                log),
+            1);
+  const std::string out = test::read_text(log);
+  EXPECT_NE(out.find("zaya train: error: " + missing), std::string::npos) << "the job's stderr is shown\n"
+                                                                          << out;
+  EXPECT_NE(out.find("giving up: attempts 1 and 2 failed before the job's first step with the same error "
+                     "(exit code 1: zaya train: error: " +
+                     missing),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("a restart cannot fix that"), std::string::npos) << out;
+  const nlohmann::json r = test::read_json(report);
+  EXPECT_EQ(r["outcome"], "gave up");
+  EXPECT_EQ(r["exit_code"], 1);
+  EXPECT_EQ(r["restarts"], 1);
+  ASSERT_EQ(r["attempts"].size(), 2u) << out;
+  EXPECT_EQ(r["attempts"][1]["stepped"], false);
+  EXPECT_NE(r["attempts"][1]["error"].get<std::string>().find(missing), std::string::npos);
+  EXPECT_NE(r["reason"].get<std::string>().find("same error"), std::string::npos);
+
+  // The error line names the attempt: it differs every time, so every restart is used.
+  const std::string counter = (dir / "setup.counter").string();
+  EXPECT_EQ(run(std::string(ZAYA_BINARY) + " launch --max-restarts 2 --backoff 0.05 -- sh -c 'n=$(cat " +
+                    counter + " 2>/dev/null || echo 0); n=$((n+1)); echo $n > " + counter +
+                    "; echo \"error: attempt $n\" >&2; exit 4'",
+                log),
+            1);
+  EXPECT_NE(test::read_text(log).find("report: gave up after 3 attempt(s), 2 restart(s)"), std::string::npos)
+      << test::read_text(log);
 }

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -208,6 +209,7 @@ struct Heartbeat {
   Clock::time_point last_change;
   std::string content;  // the last non-empty content
   int64_t max_step = -1;
+  bool stepped = false;  // a content other than "<n> started" was seen
 };
 
 // Checks the file; on a new modification time records the change and the content ("<step> <phase>").
@@ -224,8 +226,65 @@ void poll_heartbeat(const std::string& path, Heartbeat* hb) {
   if (!std::getline(f, line) || line.empty()) return;
   hb->content = line;
   long long step = 0;
-  if (std::sscanf(line.c_str(), "%lld", &step) == 1 && step > hb->max_step) hb->max_step = step;
+  char phase[32] = "";
+  const int fields = std::sscanf(line.c_str(), "%lld %31s", &step, phase);
+  if (fields >= 1 && step > hb->max_step) hb->max_step = step;
+  if (fields < 2 || std::strcmp(phase, "started") != 0) hb->stepped = true;
 }
+
+// ---- the job's stderr: a file that we copy to our own stderr as it grows ----
+
+class StderrTail {
+ public:
+  explicit StderrTail(std::string path) : path_(std::move(path)) {}
+  ~StderrTail() {
+    if (fd_ >= 0) close(fd_);
+  }
+  const std::string& path() const { return path_; }
+  // Copies what the job wrote since the last call to our stderr and keeps the last kKeep bytes.
+  void pump() {
+    if (fd_ < 0) fd_ = open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd_ < 0) return;  // the child has not created it yet
+    char buf[65536];
+    ssize_t n;
+    while ((n = read(fd_, buf, sizeof buf)) > 0) {
+      for (ssize_t off = 0; off < n;) {
+        const ssize_t w = write(2, buf + off, size_t(n - off));
+        if (w <= 0) break;  // our stderr is gone: keep reading so that the error line is still found
+        off += w;
+      }
+      tail_.append(buf, size_t(n));
+      if (tail_.size() > 2 * kKeep) tail_.erase(0, tail_.size() - kKeep);
+    }
+  }
+  // The last line that names an error ("zaya train: error: ...", "Error", "ERROR"), else the last non-empty
+  // line; at most 400 characters.
+  std::string error_line() const {
+    std::string last, last_error;
+    size_t start = 0;
+    while (start < tail_.size()) {
+      size_t end = tail_.find('\n', start);
+      if (end == std::string::npos) end = tail_.size();
+      std::string line = tail_.substr(start, end - start);
+      start = end + 1;
+      if (const size_t cr = line.rfind('\r'); cr != std::string::npos) line = line.substr(cr + 1);
+      while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();
+      if (line.empty()) continue;
+      if (line.size() > 400) line = line.substr(0, 400);
+      last = line;
+      std::string lower = line;
+      for (char& c : lower) c = char(std::tolower(static_cast<unsigned char>(c)));
+      if (lower.find("error") != std::string::npos) last_error = line;
+    }
+    return last_error.empty() ? last : last_error;
+  }
+
+ private:
+  static constexpr size_t kKeep = 16384;
+  std::string path_;
+  int fd_ = -1;
+  std::string tail_;
+};
 
 // ---- one attempt ----
 
@@ -238,9 +297,11 @@ std::vector<std::string> child_environment(const std::string& heartbeat_file) {
   return env;
 }
 
-// Forks and execs the command in a new process group. Throws zaya::Error when it cannot be executed
-// (the child reports execvp's errno through a close-on-exec pipe: no bytes = the exec succeeded).
-pid_t start_command(const LaunchOptions& o, const std::string& heartbeat_file) {
+// Forks and execs the command in a new process group with its stderr in `stderr_file` (created, truncated).
+// Throws zaya::Error when it cannot be executed (the child reports execvp's errno through a close-on-exec
+// pipe: no bytes = the exec succeeded).
+pid_t start_command(const LaunchOptions& o, const std::string& heartbeat_file,
+                    const std::string& stderr_file) {
   std::vector<std::string> env = child_environment(heartbeat_file);
   std::vector<char*> argv, envp;
   for (const auto& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));
@@ -258,6 +319,8 @@ pid_t start_command(const LaunchOptions& o, const std::string& heartbeat_file) {
     setpgid(0, 0);
     const int null_fd = open("/dev/null", O_RDONLY);
     if (null_fd >= 0) dup2(null_fd, 0);
+    const int err_fd = open(stderr_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0644);
+    if (err_fd >= 0) dup2(err_fd, 2);  // when it cannot be created the job keeps our stderr
     execvpe(argv[0], argv.data(), envp.data());
     const int err = errno;
     ssize_t ignored = write(fds[1], &err, sizeof err);
@@ -280,14 +343,14 @@ pid_t start_command(const LaunchOptions& o, const std::string& heartbeat_file) {
 }
 
 // Runs one attempt to its end (fills everything but number, progressed and backoff_s).
-void run_attempt(const LaunchOptions& o, const std::string& heartbeat_file, Clock::time_point t_launch,
-                 Attempt* a) {
+void run_attempt(const LaunchOptions& o, const std::string& heartbeat_file, StderrTail& err,
+                 Clock::time_point t_launch, Attempt* a) {
   fs::remove(heartbeat_file);  // a stale heartbeat from the previous attempt must not count
   a->started_at = local_time_now();
   const auto t0 = Clock::now();
   a->start_s = seconds_between(t_launch, t0);
   const int signals_before = g_signal_count.load();
-  const pid_t pid = start_command(o, heartbeat_file);
+  const pid_t pid = start_command(o, heartbeat_file, err.path());
   log(str_cat("attempt ", a->number, " started (pid ", pid, "): ", join(o.command)));
   const pid_t pgid = pid;
   Heartbeat hb;
@@ -309,6 +372,7 @@ void run_attempt(const LaunchOptions& o, const std::string& heartbeat_file, Cloc
       kill(-pgid, sig);
     }
     poll_heartbeat(heartbeat_file, &hb);
+    err.pump();
     const auto now = Clock::now();
     if (a->stop_signal.empty()) {
       if (!hb.seen && o.startup_timeout_s > 0 && seconds_between(t0, now) > o.startup_timeout_s)
@@ -332,9 +396,12 @@ void run_attempt(const LaunchOptions& o, const std::string& heartbeat_file, Cloc
     if (a->killed_with != "SIGKILL") a->killed_with = k;
   }
   poll_heartbeat(heartbeat_file, &hb);  // a heartbeat written just before the end
+  err.pump();
   a->duration_s = seconds_between(t0, Clock::now());
   a->last_heartbeat = hb.content;
   a->max_step = hb.max_step;
+  a->stepped = hb.stepped;
+  a->error = err.error_line();
   if (WIFEXITED(status)) a->exit_code = WEXITSTATUS(status);
   if (WIFSIGNALED(status)) a->signal = WTERMSIG(status);
   if (!a->hang_reason.empty())
@@ -427,9 +494,11 @@ std::string Attempt::describe() const {
   } else {
     how = str_cat("exited with code ", exit_code, after);
   }
-  return str_cat("attempt ", number, " (started ", started_at, "): ", how, " (",
-                 last_heartbeat.empty() ? std::string("no heartbeat") : "last heartbeat: " + last_heartbeat,
-                 ")");
+  std::string out = str_cat(
+      "attempt ", number, " (started ", started_at, "): ", how, " (",
+      last_heartbeat.empty() ? std::string("no heartbeat") : "last heartbeat: " + last_heartbeat, ")");
+  if (ended == "exit" && exit_code != 0 && !error.empty()) out += ": " + error;
+  return out;
 }
 
 nlohmann::json LaunchReport::to_json() const {
@@ -445,15 +514,20 @@ nlohmann::json LaunchReport::to_json() const {
     if (!a.hang_reason.empty()) j["hang_reason"] = a.hang_reason;
     if (!a.stop_signal.empty()) j["stop_signal"] = a.stop_signal;
     if (!a.killed_with.empty()) j["killed_with"] = a.killed_with;
+    if (!a.error.empty()) j["error"] = a.error;
+    j["stepped"] = a.stepped;
     at.push_back(j);
   }
-  return {{"command", command},   {"outcome", outcome}, {"exit_code", exit_code},
-          {"restarts", restarts}, {"wall_s", wall_s},   {"attempts", at}};
+  nlohmann::json j = {{"command", command},   {"outcome", outcome}, {"exit_code", exit_code},
+                      {"restarts", restarts}, {"wall_s", wall_s},   {"attempts", at}};
+  if (!reason.empty()) j["reason"] = reason;
+  return j;
 }
 
 std::string LaunchReport::to_text() const {
   std::string out = str_cat("zaya launch: report: ", outcome, " after ", attempts.size(), " attempt(s), ",
                             restarts, " restart(s), ", fixed1(wall_s), " s; exit code ", exit_code, "\n");
+  if (!reason.empty()) out += "zaya launch:   why: " + reason + "\n";
   for (const Attempt& a : attempts) {
     out += "zaya launch:   " + a.describe();
     if (a.backoff_s > 0) out += str_cat("; restarted after ", fixed1(a.backoff_s), " s");
@@ -470,11 +544,12 @@ LaunchReport supervise(const LaunchOptions& o) {
              "--backoff, --max-backoff and --kill-grace must be >= 0");
   ZAYA_CHECK(o.poll_s > 0, "the poll interval must be > 0");
 
-  std::string heartbeat_file = o.heartbeat_file, temp_dir;
+  // The temp dir holds the job's stderr file (and the heartbeat file unless one is given).
+  std::string temp_dir = (fs::temp_directory_path() / "zaya_launch_XXXXXX").string();
+  ZAYA_CHECK(mkdtemp(temp_dir.data()), "cannot create a temp dir ", temp_dir, ": ", std::strerror(errno));
+  const std::string stderr_file = temp_dir + "/job.stderr";
+  std::string heartbeat_file = o.heartbeat_file;
   if (heartbeat_file.empty()) {
-    std::string templ = (fs::temp_directory_path() / "zaya_launch_XXXXXX").string();
-    ZAYA_CHECK(mkdtemp(templ.data()), "cannot create a temp dir ", templ, ": ", std::strerror(errno));
-    temp_dir = templ;
     heartbeat_file = temp_dir + "/heartbeat";
   } else {
     const fs::path parent = fs::absolute(heartbeat_file).parent_path();
@@ -507,9 +582,11 @@ LaunchReport supervise(const LaunchOptions& o) {
     Attempt a;
     a.number = number;
     try {
-      run_attempt(o, heartbeat_file, t_launch, &a);
+      fs::remove(stderr_file);  // the previous attempt's: its tail must not be read as this one's
+      StderrTail err(stderr_file);
+      run_attempt(o, heartbeat_file, err, t_launch, &a);
     } catch (...) {
-      if (!temp_dir.empty()) fs::remove_all(temp_dir);
+      fs::remove_all(temp_dir);
       throw;
     }
     a.progressed = a.max_step > best_step;
@@ -531,9 +608,24 @@ LaunchReport supervise(const LaunchOptions& o) {
     if (r.restarts >= o.max_restarts) {
       r.outcome = "gave up";
       r.exit_code = 1;
-      log(str_cat("giving up: ", r.restarts, " restart(s) of --max-restarts ", o.max_restarts,
-                  " used and attempt ", number, " failed too"));
+      r.reason = str_cat(r.restarts, " restart(s) of --max-restarts ", o.max_restarts, " used and attempt ",
+                         number, " failed too");
+      log("giving up: " + r.reason);
       break;
+    }
+    // A set-up failure seen twice (same exit code, same error line) is not something a restart fixes.
+    if (r.attempts.size() >= 2) {
+      const Attempt& prev = r.attempts[r.attempts.size() - 2];
+      if (a.failed_in_setup() && prev.failed_in_setup() && a.exit_code == prev.exit_code &&
+          a.error == prev.error) {
+        r.outcome = "gave up";
+        r.exit_code = 1;
+        r.reason = str_cat("attempts ", prev.number, " and ", number,
+                           " failed before the job's first step with the same error (exit code ", a.exit_code,
+                           ": ", a.error, "); a restart cannot fix that: fix the command or its inputs");
+        log("giving up: " + r.reason);
+        break;
+      }
     }
     // Backoff: doubled per consecutive failure; an attempt that got further than any before resets it.
     if (a.progressed && consecutive_failures > 0)
@@ -558,7 +650,7 @@ LaunchReport supervise(const LaunchOptions& o) {
   }
   r.wall_s = seconds_between(t_launch, Clock::now());
   write_report(r, o.report_file);
-  if (!temp_dir.empty()) fs::remove_all(temp_dir);
+  fs::remove_all(temp_dir);
   return r;
 }
 

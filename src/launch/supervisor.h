@@ -14,6 +14,12 @@
 // A failed attempt is followed by a backoff wait (backoff_s, doubled after each consecutive failure, capped
 // at max_backoff_s; reset to backoff_s when the attempt reached a step beyond every earlier attempt) and a
 // restart of the same command, which resumes by itself (`zaya train ... --resume auto`).
+//
+// A failure that a restart cannot fix (a missing file, an invalid config) is not retried: when two attempts
+// in a row exit non-zero before the job's first step (no heartbeat past "started") with the same exit code
+// and the same error line on stderr, the supervisor gives up at once and says so. To see that line the
+// job's stderr goes to a file that the supervisor copies to its own stderr as it grows (a file, not a pipe:
+// a job whose supervisor died must not get SIGPIPE on its next progress line).
 #pragma once
 
 #include <cstdint>
@@ -50,9 +56,13 @@ struct Attempt {
   std::string killed_with;     // the strongest signal the supervisor sent the job ("SIGTERM" / "SIGKILL")
   std::string last_heartbeat;  // the last heartbeat content seen ("7 step"), empty when none
   int64_t max_step = -1;       // the highest heartbeat step seen, -1 when none
+  bool stepped = false;        // a heartbeat other than "<n> started" was seen: the job got to its steps
+  std::string error;           // the job's last stderr line naming an error (else its last line); "" if none
   bool progressed = false;     // max_step beyond every earlier attempt's
   double backoff_s = 0;        // the wait before the next attempt (0 when none followed)
   bool succeeded() const { return ended == "exit" && exit_code == 0; }
+  // Exited non-zero before its first step with an error line: a failure in set-up (config, files).
+  bool failed_in_setup() const { return ended == "exit" && exit_code != 0 && !stepped && !error.empty(); }
   // "attempt 3: killed by SIGKILL after 12.4 s (last heartbeat: 7 step)".
   std::string describe() const;
 };
@@ -61,6 +71,7 @@ struct LaunchReport {
   std::vector<std::string> command;
   std::vector<Attempt> attempts;
   std::string outcome;  // "succeeded" | "gave up" | "stopped by SIGTERM" (...) | "running"
+  std::string reason;   // why it gave up: "3 restart(s) ... failed too" / "the same error twice before ..."
   int exit_code = 0;    // what `zaya launch` exits with
   int restarts = 0;     // attempts started after a failure
   double wall_s = 0;
@@ -70,7 +81,8 @@ struct LaunchReport {
 };
 
 // Runs options.command under supervision (logging every event on stderr as "zaya launch: ...") and returns
-// the report. Exit codes: 0 when an attempt succeeded; 1 after giving up (max_restarts restarts failed); the
+// the report. Exit codes: 0 when an attempt succeeded; 1 after giving up (max_restarts restarts failed, or
+// two attempts in a row failed in set-up with the same error: see the top of this file); the
 // child's status (its exit code, or 128 + its death signal) when stopped by a forwarded signal, 128 + the
 // signal when one arrives between attempts. Throws zaya::Error for bad options or a command that cannot be
 // executed at all (not found, not executable). Installs handlers for SIGTERM / SIGINT / SIGUSR1 while it
