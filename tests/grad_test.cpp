@@ -1,9 +1,9 @@
 // The whole-model backward (zaya_backward) against gradients of the official Hugging Face implementation
 // (tests/data/golden/zaya1_like/grads.safetensors) and of tools/reference/zaya_ref.py (tests/data/ref_*).
 //
-// Tolerance (golden README, spec §12.3): every gradient entry within 1e-4 absolute OR 1e-3 relative to the
-// largest magnitude of that tensor (the reference itself varies by 2.9e-6 between fp32 runs). The loss
-// must match expected.json within 1e-5.
+// Tolerance: every gradient entry within kGradAbsTol (1e-5, ~4x the measured 2.4e-6; the golden README's
+// 1e-4 / 1e-3-relative bound is what the reference itself guarantees, and far looser than this backward
+// achieves), the loss within kLossAbsTol (4e-6, measured 8.9e-7). NaN / inf anywhere fails (test::diff).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -57,6 +57,14 @@ GradRun run_case(const std::string& dir, bool legacy = false, const std::string&
 
 double g_worst_abs = 0;  // largest absolute error seen by compare_grads (printed per case)
 
+// Gradients against the references (HF golden, the PyTorch reference's ref_* cases): fp32 rounding of two
+// implementations. Measured max abs error 2.1e-6 (golden), 1.0-2.4e-6 (ref_*, ref_legacy_8b legacy); the bar
+// is ~4x the worst. Every gradient tensor of these models has entries of magnitude 1e-2..1, so an absolute
+// bar is also a tight relative one; a NaN or inf anywhere fails (test::diff).
+constexpr double kGradAbsTol = 1e-5;
+// Losses against the references: measured |error| <= 8.9e-7 (golden; ref_* 0.6-6.9e-7) on losses of 6-9.
+constexpr double kLossAbsTol = 4e-6;
+
 // Compares every parameter gradient with `ref` (names mapped by `rename`); returns the number checked.
 int compare_grads(GradRun& r, const SafetensorsFile& ref,
                   const std::function<std::string(const std::string&)>& rename = nullptr) {
@@ -75,23 +83,9 @@ int compare_grads(GradRun& r, const SafetensorsFile& ref,
       ADD_FAILURE() << "size " << got.numel() << " vs reference " << want.numel();
       continue;
     }
-    const float* a = got.f32();
-    const float* b = want.f32();
-    double scale = 0, worst = 0;
-    int64_t worst_i = 0;
-    for (int64_t i = 0; i < want.numel(); i++) scale = std::max(scale, double(std::fabs(b[i])));
-    bool ok = true;
-    for (int64_t i = 0; i < want.numel(); i++) {
-      double err = std::fabs(double(a[i]) - b[i]);
-      if (err > worst) {
-        worst = err;
-        worst_i = i;
-      }
-      if (err > 1e-4 && err > 1e-3 * scale) ok = false;
-    }
-    g_worst_abs = std::max(g_worst_abs, worst);
-    EXPECT_TRUE(ok) << "max error " << worst << " at " << worst_i << " (got " << a[worst_i] << ", want "
-                    << b[worst_i] << ", tensor max |g| " << scale << ")";
+    const test::Diff d = test::diff(got.f32(), want.f32(), size_t(want.numel()));
+    g_worst_abs = std::max(g_worst_abs, d.max_abs);
+    EXPECT_TRUE(d.within(kGradAbsTol)) << d.str();
     checked++;
   }
   return checked;
@@ -103,12 +97,13 @@ TEST(Grad, GoldenMatchesHuggingFace) {
   const std::string dir = test::golden_dir();
   GradRun r = run_case(dir);
   nlohmann::json expected = test::read_json(dir + "/expected.json");
-  EXPECT_NEAR(r.loss, expected["loss"].get<double>(), 1e-5);
+  EXPECT_LE(test::abs_diff(r.loss, expected["loss"].get<double>()), kLossAbsTol);
   SafetensorsFile ref = SafetensorsFile::open(dir + "/grads.safetensors");
   g_worst_abs = 0;
   int n = compare_grads(r, ref);
   EXPECT_EQ(n, int(ref.size()));
-  std::printf("golden: %d gradients, max abs error %.3g, loss %.7f\n", n, g_worst_abs, r.loss);
+  std::printf("golden: %d gradients, max abs error %.3g, loss %.7f (error %.2g)\n", n, g_worst_abs, r.loss,
+              test::abs_diff(r.loss, expected["loss"].get<double>()));
 }
 
 TEST(Grad, ReferenceCasesMatch) {
@@ -120,12 +115,13 @@ TEST(Grad, ReferenceCasesMatch) {
     SCOPED_TRACE(dir);
     GradRun r = run_case(dir);
     nlohmann::json expected = test::read_json(dir + "/expected.json");
-    EXPECT_NEAR(r.loss, expected["loss"].get<double>(), 1e-5);
+    EXPECT_LE(test::abs_diff(r.loss, expected["loss"].get<double>()), kLossAbsTol);
     SafetensorsFile ref = SafetensorsFile::open(dir + "/grads.safetensors");
     g_worst_abs = 0;
     int n = compare_grads(r, ref);
     EXPECT_EQ(n, int(ref.size()));
-    std::printf("%s: %d gradients, max abs error %.3g\n", dir.c_str(), n, g_worst_abs);
+    std::printf("%s: %d gradients, max abs error %.3g, loss error %.2g\n", dir.c_str(), n, g_worst_abs,
+                test::abs_diff(r.loss, expected["loss"].get<double>()));
     cases++;
   }
   EXPECT_GE(cases, 3) << "expected ref_sliding_bias, ref_mha_rot25 and ref_gqa_rot1";
@@ -137,7 +133,7 @@ TEST(Grad, LegacySemanticsMatchReference) {
   const std::string dir = test::data_dir() + "/ref_legacy_8b";
   GradRun r = run_case(dir, /*legacy=*/true, "_legacy");
   nlohmann::json expected = test::read_json(dir + "/expected_legacy.json");
-  EXPECT_NEAR(r.loss, expected["loss"].get<double>(), 1e-5);
+  EXPECT_LE(test::abs_diff(r.loss, expected["loss"].get<double>()), kLossAbsTol);
   std::map<std::string, const Tensor*> by_name;
   for (const NamedParam& p : r.grads.named(r.model.cfg)) by_name[p.name] = p.slot;
   SafetensorsFile ref = SafetensorsFile::open(dir + "/grads_legacy.safetensors");
@@ -154,28 +150,23 @@ TEST(Grad, LegacySemanticsMatchReference) {
     const int64_t n = want.numel();
     const float* a = got.f32() + (expert >= 0 ? expert * n : 0);
     ASSERT_EQ(expert >= 0 ? n * got.dim(0) : n, got.numel());
-    const float* b = want.f32();
-    double scale = 0, worst = 0;
-    for (int64_t i = 0; i < n; i++) scale = std::max(scale, double(std::fabs(b[i])));
-    bool ok = true;
-    for (int64_t i = 0; i < n; i++) {
-      double err = std::fabs(double(a[i]) - b[i]);
-      worst = std::max(worst, err);
-      if (err > 1e-4 && err > 1e-3 * scale) ok = false;
-    }
-    g_worst_abs = std::max(g_worst_abs, worst);
-    EXPECT_TRUE(ok) << "max error " << worst << " (tensor max |g| " << scale << ")";
+    const test::Diff d = test::diff(a, want.f32(), size_t(n));
+    g_worst_abs = std::max(g_worst_abs, d.max_abs);
+    EXPECT_TRUE(d.within(kGradAbsTol)) << d.str();
     checked++;
   }
   EXPECT_EQ(checked, int(ref.size()));
-  std::printf("ref_legacy_8b (legacy semantics): %d gradients, max abs error %.3g\n", checked, g_worst_abs);
+  std::printf("ref_legacy_8b (legacy semantics): %d gradients, max abs error %.3g, loss error %.2g\n",
+              checked, g_worst_abs, test::abs_diff(r.loss, expected["loss"].get<double>()));
 }
 
 // BF16 GEMMs (the trainer's compute model) against this backward in fp32 on the same inputs. bf16 rounds
 // every GEMM operand (relative error 2^-9) and that flips the odd expert choice (2 of 256 in the golden
 // case), which changes a token's gradient by O(1); so both runs get balancing biases that route every token
-// to expert 0 (β_0 = 10) and the routes agree. Tolerance: each tensor's max error below 5% of its largest
-// gradient (a broken bf16 path is off by O(100%)); the worst measured ratio is printed.
+// to expert 0 (β_0 = 10) and the routes agree. Tolerance: each tensor's max error relative to its largest
+// gradient; measured worst 0.070 (printed), bar 0.2 (~3x: bf16 operands carry 8 bits, so errors of a few
+// percent of a tensor's range are the format's, and a broken bf16 path is off by O(100%)).
+constexpr double kBf16GradRelTol = 0.2;
 TEST(Grad, Bf16ComputeCloseToFp32) {
   const std::string dir = test::golden_dir();
   ModelInputs in = load_model_inputs(dir + "/inputs.json");
@@ -206,15 +197,9 @@ TEST(Grad, Bf16ComputeCloseToFp32) {
   double worst_ratio = 0;
   for (size_t p = 0; p < want.size(); p++) {
     SCOPED_TRACE(want[p].name);
-    const float* a = got[p].slot->f32();
-    const float* b = want[p].slot->f32();
-    double scale = 0, err = 0;
-    for (int64_t i = 0; i < want[p].slot->numel(); i++) {
-      scale = std::max(scale, double(std::fabs(b[i])));
-      err = std::max(err, std::fabs(double(a[i]) - b[i]));
-    }
-    EXPECT_LE(err, 0.15 * scale + 1e-7);
-    if (scale > 0) worst_ratio = std::max(worst_ratio, err / scale);
+    const test::Diff d = test::diff(got[p].slot->f32(), want[p].slot->f32(), size_t(want[p].slot->numel()));
+    EXPECT_LE(d.max_rel, kBf16GradRelTol) << d.str();
+    worst_ratio = std::max(worst_ratio, d.max_rel);
   }
   std::printf("bf16 compute vs fp32: worst per-tensor max error / max |g| = %.3g\n", worst_ratio);
 }
@@ -293,7 +278,8 @@ TEST(Grad, ForwardCommandWritesGradients) {
     ASSERT_TRUE(got.has("grad." + name));
     Tensor a = got.tensor("grad." + name), b = ref.tensor(name);
     ASSERT_EQ(a.shape, b.shape);
-    EXPECT_LT(test::max_abs_diff(a.f32(), b.f32(), a.numel()), 1e-4);
+    const test::Diff d = test::diff(a.f32(), b.f32(), size_t(a.numel()));
+    EXPECT_TRUE(d.within(kGradAbsTol)) << d.str();
   }
   std::filesystem::remove(output);
 }
@@ -314,9 +300,10 @@ TEST(Grad, ForwardCommandGradsNeedTargets) {
 
 // Whole-model finite differences on a few parameter entries (the largest-gradient entry of each tensor
 // below): the model is fp32 only, so the loss (mean CE, accumulated in double from fp32 logits) carries
-// rounding noise of about 1e-6; with h = 1e-2 the central difference then has ≈ 1e-4 of noise plus O(h²)
-// truncation. Entries whose perturbation flips an expert choice (top-1 routing is discontinuous) are skipped.
-// Tolerance: |fd − analytic| ≤ 3e-4 + 3e-2·|analytic|. The exact check is the golden comparison above; this
+// rounding noise of up to ~1e-6, mostly common to the two perturbed losses (measured errors are 10x below
+// the 1e-4 that independent noise would give), plus O(h²) truncation. Entries whose perturbation flips an
+// expert choice (top-1 routing is discontinuous) are skipped. Tolerance (below): measured figures, 3-5x.
+// The exact check is the golden comparison above; this
 // one guards the chain as a whole (router MLP, EDA across blocks, temperature, conv bias, tied/untied head).
 TEST(Grad, WholeModelFiniteDifferenceSpotCheck) {
   const std::vector<std::string> suffixes = {"model.embed_tokens.weight",
@@ -339,6 +326,12 @@ TEST(Grad, WholeModelFiniteDifferenceSpotCheck) {
                                              "model.norm.weight",
                                              "lm_head.weight",
                                              "lm_head.bias"};
+  // Central differences with h = 1e-2 on the largest-gradient entry of each tensor (fp64 loss of an fp32
+  // model). Measured: worst |fd - g| / |g| 1.4e-3 (router out_proj, |g| 9.6e-3), worst |fd - g| 2.3e-4 (the
+  // embedding, |g| 0.52: O(h^2) curvature); bar 2e-5 + 4e-3 |g| (3-5x on the tight entries; a wrong
+  // backward of any tensor is off by O(|g|)).
+  constexpr double kFdAbsTol = 2e-5, kFdRelTol = 4e-3;
+  double worst_rel = 0, worst_abs = 0;
   int checked = 0, skipped = 0;
   for (const std::string& dir : {test::golden_dir(), test::data_dir() + "/ref_sliding_bias"}) {
     SCOPED_TRACE(dir);
@@ -397,20 +390,26 @@ TEST(Grad, WholeModelFiniteDifferenceSpotCheck) {
         continue;
       }
       const double fd = (lp - lm) / (2 * h);
-      EXPECT_NEAR(fd, g[best], 3e-4 + 3e-2 * std::fabs(g[best])) << "entry " << best;
+      const double err = test::abs_diff(fd, g[best]);
+      EXPECT_LE(err, kFdAbsTol + kFdRelTol * std::fabs(g[best])) << "entry " << best << ": fd " << fd;
+      worst_rel = std::max(worst_rel, err / std::fabs(g[best]));
+      worst_abs = std::max(worst_abs, err);
       std::printf("  %-70s fd %+.6e analytic %+.6e\n", p.name.c_str(), fd, g[best]);
       checked++;
     }
   }
   EXPECT_GE(checked, 25);
-  std::printf("whole-model finite differences: %d entries checked, %d skipped (routing flip)\n", checked,
-              skipped);
+  std::printf(
+      "whole-model finite differences: %d entries checked, %d skipped (routing flip); worst |fd - g| %.2g, "
+      "worst |fd - g| / |g| %.2g\n",
+      checked, skipped, worst_abs, worst_rel);
 }
 
 // Gradient accumulation is exact: the two rows of the golden batch as two micro-batches, each normalised by
 // the step's whole target count, add up to the gradient of the whole batch (rows with unequal counts, so a
 // mean of per-micro-batch means would differ by ~10%). Tolerance 5e-6 abs: only the fp32 summation order
-// differs (GEMMs of other shapes); the reference itself varies by 2.9e-6 between fp32 runs.
+// differs (GEMMs of other shapes); measured 1.25e-6 (the reference itself varies by 2.9e-6 between fp32
+// runs).
 TEST(Grad, AccumulationOverMicroBatchesEqualsTheWholeBatch) {
   const std::string dir = test::golden_dir();
   ZayaModel model = ZayaModel::load(dir);
@@ -435,12 +434,12 @@ TEST(Grad, AccumulationOverMicroBatchesEqualsTheWholeBatch) {
   double loss_accum = 0;
   for (int64_t b = 0; b < 2; b++)
     loss_accum += run(in.input_ids.data() + b * in.S, targets.data() + b * in.S, 1, accum, total);
-  EXPECT_NEAR(loss_accum, loss_whole, 1e-6);
+  EXPECT_LE(test::abs_diff(loss_accum, loss_whole), 1e-6);
   auto want = whole.named(model.cfg), got = accum.named(model.cfg);
   double worst = 0;
   for (size_t p = 0; p < want.size(); p++)
-    for (int64_t i = 0; i < want[p].slot->numel(); i++)
-      worst = std::max(worst, std::fabs(double(got[p].slot->f32()[i]) - want[p].slot->f32()[i]));
+    worst = std::max(
+        worst, test::diff(got[p].slot->f32(), want[p].slot->f32(), size_t(want[p].slot->numel())).max_abs);
   EXPECT_LE(worst, 5e-6);
   std::printf("accumulated vs whole-batch gradient: max |err| = %.3g\n", worst);
   EXPECT_THROW(run(in.input_ids.data(), targets.data(), 1, accum, 3), Error);  // total below own count

@@ -34,15 +34,11 @@ std::vector<float> values(const SafetensorsFile& f, const std::string& name) {
   return std::vector<float>(t.f32(), t.f32() + t.numel());
 }
 
-// max |a − b| / max |b|: a norm-wise relative error, meaningful for entries near 0 as well.
+// max |a − b| / max |b|: a norm-wise relative error, meaningful for entries near 0 as well; +inf when
+// any entry is NaN or inf or the sizes differ (test::diff).
 double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
   EXPECT_EQ(a.size(), b.size());
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < a.size(); i++) {
-    diff = std::max(diff, double(std::fabs(a[i] - b[i])));
-    scale = std::max(scale, double(std::fabs(b[i])));
-  }
-  return diff / std::max(scale, 1e-30);
+  return test::diff(a, b).max_rel;
 }
 
 std::vector<float> minus(const std::vector<float>& a, const std::vector<float>& b) {
@@ -53,8 +49,9 @@ std::vector<float> minus(const std::vector<float>& a, const std::vector<float>& 
 
 // ---------------------------------------------------------------------------------------------------------
 // AdamW vs torch.optim.AdamW (lr 1e-2, betas (0.9, 0.95), eps 1e-8, weight decay 0.1, as in optim_ref.py).
-// Tolerance 1e-6 norm-wise relative: each element goes through a handful of fp32 operations in the same
-// order as torch (only the fused multiply-adds may round differently), i.e. a few ulps (6e-8 each).
+// Tolerance 3e-7 norm-wise relative on the parameters (measured 7.5e-8), 1e-6 on the moments (measured
+// 2.9e-7): each element goes through a handful of fp32 operations in the same order as torch (only the fused
+// multiply-adds may round differently), i.e. a few ulps (6e-8 each).
 
 TEST(AdamW, MatchesTorchOneAndThreeSteps) {
   SafetensorsFile f = SafetensorsFile::open(optim_dir() + "/adamw.safetensors");
@@ -72,19 +69,22 @@ TEST(AdamW, MatchesTorchOneAndThreeSteps) {
       if (k == 1 || k == 3) {
         double err = rel_err(p, values(f, c + ".p" + std::to_string(k)));
         std::printf("  adamw %s step %d: rel err %.2e\n", c.c_str(), k, err);
-        EXPECT_LT(err, 1e-6) << "step " << k;
+        EXPECT_LT(err, 3e-7) << "step " << k;  // measured 7.5e-8 (a few ulps)
       }
     }
-    EXPECT_LT(rel_err(m, values(f, c + ".exp_avg")), 1e-6);
-    EXPECT_LT(rel_err(v, values(f, c + ".exp_avg_sq")), 1e-6);
+    const double em = rel_err(m, values(f, c + ".exp_avg")), ev = rel_err(v, values(f, c + ".exp_avg_sq"));
+    std::printf("  adamw %s: exp_avg rel err %.2e, exp_avg_sq rel err %.2e\n", c.c_str(), em, ev);
+    EXPECT_LT(em, 1e-6);  // measured 2.9e-7 (the moments are near 0 for some entries: relative to max |m|)
+    EXPECT_LT(ev, 1e-6);  // measured 2.8e-7
   }
 }
 
 // ---------------------------------------------------------------------------------------------------------
 // Muon vs the reference (lr 2e-2, weight decay 0.1, momentum 0.95, 5 quintic Newton–Schulz steps, Moonlight
-// RMS match 0.2·sqrt(max dim)). Tolerance 1e-5 norm-wise relative on the update p − p0: Newton–Schulz chains
-// 15 fp32 GEMMs whose summation order (oneDNN / OpenBLAS blocking vs torch's) differs, and the quintic
-// iteration amplifies rounding of singular values near its fixed points by up to ~2x per step.
+// RMS match 0.2·sqrt(max dim)). Tolerance 1e-5 norm-wise relative on the update p − p0 (measured 3.7e-6),
+// 1e-6 on the parameters (measured 2.2e-7), 5e-7 on the momentum (1.3e-7): Newton–Schulz chains 15 fp32 GEMMs
+// whose summation order (oneDNN / OpenBLAS blocking vs torch's) differs, and the quintic iteration amplifies
+// rounding of singular values near its fixed points by up to ~2x per step.
 
 TEST(Muon, MatchesReferenceOneAndThreeSteps) {
   SafetensorsFile f = SafetensorsFile::open(optim_dir() + "/muon.safetensors");
@@ -104,11 +104,15 @@ TEST(Muon, MatchesReferenceOneAndThreeSteps) {
         std::vector<float> ref = values(f, c + ".p" + std::to_string(k));
         double err = rel_err(minus(p, p0), minus(ref, p0));
         std::printf("  muon %s step %d: update rel err %.2e\n", c.c_str(), k, err);
-        EXPECT_LT(err, 1e-5) << "step " << k;
-        EXPECT_LT(rel_err(p, ref), 1e-5) << "step " << k;
+        EXPECT_LT(err, 1e-5) << "step " << k;  // measured 0.8-3.7e-6
+        const double ep = rel_err(p, ref);
+        std::printf("  muon %s step %d: parameter rel err %.2e\n", c.c_str(), k, ep);
+        EXPECT_LT(ep, 1e-6) << "step " << k;  // measured 0.5-2.2e-7
       }
     }
-    EXPECT_LT(rel_err(buf, values(f, c + ".momentum")), 1e-6);
+    const double eb = rel_err(buf, values(f, c + ".momentum"));
+    std::printf("  muon %s: momentum rel err %.2e\n", c.c_str(), eb);
+    EXPECT_LT(eb, 5e-7);  // measured 0.4-1.3e-7
   }
 }
 

@@ -54,26 +54,86 @@ inline std::string read_text(const std::string& path) {
   return ss.str();
 }
 
-// max |a - b| over the entries where `keep` (nullable) is true; +inf when any compared entry is NaN or inf
-// (a NaN never compares greater than the running max, so it must be caught explicitly).
-inline double max_abs_diff(const float* a, const float* b, size_t n, const std::vector<bool>* keep = nullptr,
-                           size_t row = 1) {
-  double m = 0;
+// ---- numeric comparison: the one helper every numeric check goes through ----
+//
+// How far `got` is from `want`, element by element. A NaN or inf in either counts as infinitely wrong:
+// max_abs and max_rel become +inf (a NaN never compares greater than a running max, and `err > tol` is
+// false for a NaN err, so a hand-written loop passes NaN silently). `worst` is the index of the largest
+// error (of the first non-finite entry when there is one). Entries where `keep` (nullable, one flag per
+// `row` entries) is false are not compared.
+struct Diff {
+  double max_abs = 0;  // max |got_i - want_i|
+  double scale = 0;    // max |want_i| over the compared entries
+  double max_rel = 0;  // max_abs / scale (max_abs when scale is 0): the error relative to the tensor
+  size_t worst = 0;    // index of the largest error
+  double got_worst = 0, want_worst = 0;
+  size_t non_finite = 0;  // entries where got or want is NaN / inf
+  size_t compared = 0;
+  // max_abs <= atol, or within rtol of the tensor's largest |want| (NaN: false).
+  bool within(double atol, double rtol = 0) const { return max_abs <= std::max(atol, rtol * scale); }
+  std::string str() const {
+    std::ostringstream o;
+    o.precision(4);
+    o << "max abs error " << max_abs << " at " << worst << " (got " << got_worst << ", want " << want_worst
+      << "), max |want| " << scale << ", relative " << max_rel << ", " << non_finite << " non-finite of "
+      << compared;
+    return o.str();
+  }
+};
+
+template <typename T, typename U>
+Diff diff(const T* got, const U* want, size_t n, const std::vector<bool>* keep = nullptr, size_t row = 1) {
+  Diff d;
   for (size_t i = 0; i < n; i++) {
     if (keep && !(*keep)[i / row]) continue;
-    if (!std::isfinite(a[i]) || !std::isfinite(b[i])) return INFINITY;
-    m = std::max(m, double(std::fabs(a[i] - b[i])));
+    d.compared++;
+    const double g = double(got[i]), w = double(want[i]);
+    if (!std::isfinite(g) || !std::isfinite(w)) {
+      if (d.non_finite++ == 0) {
+        d.worst = i;
+        d.got_worst = g;
+        d.want_worst = w;
+      }
+      continue;
+    }
+    d.scale = std::max(d.scale, std::fabs(w));
+    const double e = std::fabs(g - w);
+    if (e > d.max_abs && d.non_finite == 0) {
+      d.max_abs = e;
+      d.worst = i;
+      d.got_worst = g;
+      d.want_worst = w;
+    }
   }
-  return m;
+  if (d.non_finite) d.max_abs = INFINITY;
+  d.max_rel = d.scale > 0 ? d.max_abs / d.scale : d.max_abs;
+  return d;
+}
+template <typename T, typename U>
+Diff diff(const std::vector<T>& got, const std::vector<U>& want) {
+  if (got.size() != want.size()) {  // a size mismatch is as wrong as a NaN
+    Diff d;
+    d.max_abs = d.max_rel = INFINITY;
+    d.non_finite = std::max(got.size(), want.size());
+    return d;
+  }
+  return diff(got.data(), want.data(), got.size());
+}
+
+// max |a - b| over the entries where `keep` (nullable) is true; +inf when any compared entry is NaN or inf.
+inline double max_abs_diff(const float* a, const float* b, size_t n, const std::vector<bool>* keep = nullptr,
+                           size_t row = 1) {
+  return diff(a, b, n, keep, row).max_abs;
 }
 
 // Relative Frobenius difference ||a - b|| / ||b|| (fp64 sums); +inf when any entry is NaN or inf, and
 // ||a - b|| itself when ||b|| is 0. Unlike a max-abs bound it weighs a tensor as a whole, so the
 // summation-order noise of a few near-zero entries does not dominate it.
-inline double rel_frobenius_diff(const float* a, const float* b, size_t n) {
+template <typename T, typename U>
+double rel_frobenius_diff(const T* a, const U* b, size_t n) {
   double diff = 0, ref = 0;
   for (size_t i = 0; i < n; i++) {
-    if (!std::isfinite(a[i]) || !std::isfinite(b[i])) return INFINITY;
+    if (!std::isfinite(double(a[i])) || !std::isfinite(double(b[i]))) return INFINITY;
     const double d = double(a[i]) - double(b[i]);
     diff += d * d;
     ref += double(b[i]) * double(b[i]);
@@ -87,4 +147,24 @@ inline double rel_diff(double a, double b) {
   return b != 0 ? std::fabs(a - b) / std::fabs(b) : std::fabs(a - b);
 }
 
+// |a - b|; +inf for a non-finite value (EXPECT_LE(abs_diff(a, b), tol) then fails on NaN).
+inline double abs_diff(double a, double b) {
+  if (!std::isfinite(a) || !std::isfinite(b)) return INFINITY;
+  return std::fabs(a - b);
+}
+
+// True when the tests run in CI (CI=true): a missing prerequisite is then a failure, not a skip.
+inline bool in_ci() {
+  const char* ci = std::getenv("CI");
+  return ci && *ci && std::string(ci) != "0" && std::string(ci) != "false";
+}
+
 }  // namespace zaya::test
+
+// Skips the test when a prerequisite is missing, except in CI (CI=true), where it fails naming it: a suite
+// that is green because it checked nothing must not pass CI.
+#define ZAYA_SKIP_UNLESS_CI(why)                                                  \
+  do {                                                                            \
+    if (::zaya::test::in_ci()) FAIL() << "prerequisite missing in CI: " << (why); \
+    GTEST_SKIP() << (why);                                                        \
+  } while (0)
