@@ -1,12 +1,13 @@
 // The forward pass and cached generation against reference outputs of the official Hugging Face
 // implementation (tests/data/golden, see its README) and of tools/reference (tests/data/ref_*).
 //
-// Tolerances (fp32), from the golden README: the reference itself varies by up to 1.6e-5 in logits between
-// fp32 and fp64 runs, so logits/hidden states get 1e-4 abs and the loss 1e-5; expert choices and greedy
-// tokens must match exactly (smallest routing margin in the golden case > 5e-4, smallest greedy gap 0.022).
-// Padded query positions are excluded: their outputs are meaningless by definition (spec §5.5g).
+// Tolerances (fp32): ~4x the errors measured here (ForwardBars below; the golden README allows 1e-4 in
+// logits, as the reference itself varies by up to 1.6e-5 between fp32 and fp64 runs); expert choices and
+// greedy tokens must match exactly (smallest routing margin in the golden case > 5e-4, smallest greedy gap
+// 0.022). Padded query positions are excluded: their outputs are meaningless by definition (spec §5.5g).
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 
 #include "io/model_inputs.h"
@@ -16,7 +17,6 @@
 #include "test_util.h"
 
 using namespace zaya;
-using zaya::test::max_abs_diff;
 
 namespace {
 
@@ -60,25 +60,59 @@ std::vector<bool> real_positions(const ModelInputs& in) {
   return keep;
 }
 
-void check_forward(const Case& c, std::string logits_file = "logits.bin") {
+// Bars (fp32; each ~4x the worst error measured over every case, printed per case by the tests):
+//   logits        measured 1.14e-5 (golden; ref_* 3.9-5.5e-6, bf16 weights 7.9e-6), bar 5e-5;
+//   hidden states measured 1.33e-5 (ref_sliding_bias), bar 5e-5;
+//   router logits measured 3.5-3.7e-6 (golden and the legacy cases), bar 1.2e-5: a ZAYA1-base router-norm
+//                 epsilon of 1e-5 instead of 1e-6 moves them by 2.0e-5 (the logits by 1.7e-5, the loss by
+//                 2.6e-7: only this bar catches it). ref_gqa_rot1 and ref_sliding_bias have larger router
+//                 logits (measured 8.8e-6 and 5.7e-6): bar 3e-5 there;
+//   loss          measured 8.9e-7, bar 4e-6.
+// Expert choices and greedy tokens are exact. NaN anywhere fails (test::diff).
+struct ForwardBars {
+  double logits = 5e-5, hidden = 5e-5, loss = 4e-6;
+};
+double router_bar(const std::string& dir) {
+  const bool larger =
+      dir.find("ref_gqa_rot1") != std::string::npos || dir.find("ref_sliding_bias") != std::string::npos;
+  return larger ? 3e-5 : 1.2e-5;
+}
+
+void check_forward(const Case& c, std::string logits_file = "logits.bin", const ForwardBars& bar = {}) {
   const bool full = logits_file == "logits.bin";
   if (full) logits_file = "logits" + c.suffix + ".bin";
-  SCOPED_TRACE(c.dir);
+  SCOPED_TRACE(c.dir + " (" + logits_file + ")");
   const auto& cfg = c.model.cfg;
   const int64_t T = c.in.B * c.in.S, V = cfg.vocab_size, H = cfg.hidden_size, L = cfg.num_hidden_layers;
+  const int64_t E1 = cfg.num_experts + 1;
   ForwardResult res = run_forward(c);
   std::vector<bool> keep = real_positions(c.in);
 
   std::vector<float> logits = test::read_f32(c.dir + "/" + logits_file);
-  ASSERT_EQ(logits.size(), res.logits.size());
-  EXPECT_LT(max_abs_diff(res.logits.data(), logits.data(), logits.size(), &keep, V), 1e-4);
+  ASSERT_EQ(logits.size(), res.logits.size()) << logits_file;
+  const test::Diff dl = test::diff(res.logits.data(), logits.data(), logits.size(), &keep, size_t(V));
+  EXPECT_TRUE(dl.within(bar.logits)) << "logits: " << dl.str();
+  double hidden_err = 0, router_err = 0, loss_err = 0;
 
   if (full) {
     std::vector<float> hidden = test::read_f32(c.dir + "/hidden_states" + c.suffix + ".bin");
     ASSERT_EQ(hidden.size(), res.hidden.size());
     for (int64_t i = 0; i < L + 2; i++) {
-      EXPECT_LT(max_abs_diff(res.hidden.data() + i * T * H, hidden.data() + i * T * H, T * H, &keep, H), 1e-4)
-          << "hidden state " << i;
+      const test::Diff dh = test::diff(res.hidden.data() + i * T * H, hidden.data() + i * T * H,
+                                       size_t(T * H), &keep, size_t(H));
+      hidden_err = std::max(hidden_err, dh.max_abs);
+      EXPECT_TRUE(dh.within(bar.hidden)) << "hidden state " << i << ": " << dh.str();
+    }
+    // Router logits [L, B, S, E+1] (per layer the same positions are compared).
+    const std::string router_file = c.dir + "/router_logits" + c.suffix + ".bin";
+    EXPECT_TRUE(std::filesystem::exists(router_file)) << router_file;
+    std::vector<float> router = test::read_f32(router_file);
+    ASSERT_EQ(router.size(), res.router_logits.size()) << router_file;
+    for (int64_t l = 0; l < L; l++) {
+      const test::Diff dr = test::diff(res.router_logits.data() + l * T * E1, router.data() + l * T * E1,
+                                       size_t(T * E1), &keep, size_t(E1));
+      router_err = std::max(router_err, dr.max_abs);
+      EXPECT_TRUE(dr.within(router_bar(c.dir))) << "router logits, layer " << l << ": " << dr.str();
     }
     // Router choices exact (index E = skip).
     const auto& ch = c.expected["router"]["choice_with_skip"];
@@ -93,10 +127,15 @@ void check_forward(const Case& c, std::string logits_file = "logits.bin") {
     }
   }
   if (!c.in.targets.empty()) {
-    double loss = cross_entropy_forward(nullptr, res.logits.data(), c.in.targets.data(), T, V, nullptr);
-    double want = full ? c.expected["loss"].get<double>() : c.expected.value("loss_bf16_weights", loss);
-    EXPECT_NEAR(loss, want, 1e-5);
+    const double loss = cross_entropy_forward(nullptr, res.logits.data(), c.in.targets.data(), T, V, nullptr);
+    const char* key = full ? "loss" : "loss_bf16_weights";
+    ASSERT_TRUE(c.expected.contains(key))
+        << c.dir << ": expected" << c.suffix << ".json has no '" << key << "'";
+    loss_err = test::abs_diff(loss, c.expected[key].get<double>());
+    EXPECT_LE(loss_err, bar.loss) << key << ": " << loss << " vs " << c.expected[key].get<double>();
   }
+  std::printf("%s%s: logits %.2e, hidden %.2e, router logits %.2e, loss %.2e\n", c.dir.c_str(),
+              (" " + logits_file).c_str(), dl.max_abs, hidden_err, router_err, loss_err);
 }
 
 void check_generation(const Case& c, int64_t prefill_chunk) {
@@ -114,7 +153,9 @@ void check_generation(const Case& c, int64_t prefill_chunk) {
   if (std::filesystem::exists(c.dir + "/gen_step_logits" + c.suffix + ".bin")) {
     std::vector<float> want = test::read_f32(c.dir + "/gen_step_logits" + c.suffix + ".bin");
     ASSERT_EQ(want.size(), step_logits.size());
-    EXPECT_LT(max_abs_diff(step_logits.data(), want.data(), want.size()), 1e-4);
+    const test::Diff d = test::diff(step_logits.data(), want.data(), want.size());
+    std::printf("%s prefill_chunk %ld: step logits %.2e\n", c.dir.c_str(), long(prefill_chunk), d.max_abs);
+    EXPECT_TRUE(d.within(3e-5)) << "step logits: " << d.str();  // measured 7.9e-6
   }
 }
 
@@ -131,35 +172,52 @@ std::vector<std::string> case_dirs() {
 
 }  // namespace
 
+// Every loop over cases counts them: a missing case directory or file must fail, not shrink the test.
+constexpr int kMinCases =
+    6;  // golden + ref_gqa_rot1, ref_legacy_8b, ref_legacy_base, ref_mha_rot25, ref_sliding_bias
+
 TEST(GoldenForward, Fp32MatchesReference) {
-  for (const auto& dir : case_dirs()) check_forward(load_case(dir));
+  int cases = 0;
+  for (const auto& dir : case_dirs()) {
+    check_forward(load_case(dir));
+    cases++;
+  }
+  EXPECT_GE(cases, kMinCases);
 }
 
 TEST(GoldenForward, Bf16WeightsMatchReference) {
+  int cases = 0;
   for (const auto& dir : case_dirs()) {
     if (!std::filesystem::exists(dir + "/model.bf16.safetensors") ||
         !std::filesystem::exists(dir + "/logits_bf16w.bin"))
       continue;
     check_forward(load_case(dir, "model.bf16.safetensors"), "logits_bf16w.bin");
+    cases++;
   }
+  EXPECT_GE(cases, 4) << "golden, ref_gqa_rot1, ref_mha_rot25 and ref_sliding_bias have bf16 weights";
 }
 
 TEST(GoldenGeneration, CachedGreedyMatchesReference) {
+  int cases = 0;
   for (const auto& dir : case_dirs()) {
     Case c = load_case(dir);
     if (!c.expected.contains("generation") || c.in.gen_B == 0) continue;
     check_generation(c, 0);
     check_generation(c, 5);  // chunked prefill must give the same tokens
     check_generation(c, 1);  // token-by-token prefill
+    cases++;
   }
+  EXPECT_GE(cases, kMinCases) << "every case has a generation";
 }
 
 // Chunked prefill and token-by-token decode equal one full forward (spec §7.2), on every case.
 TEST(CacheEquivalence, ChunksEqualFullForward) {
+  int cases = 0;
   for (const auto& dir : case_dirs()) {
     Case c = load_case(dir);
     if (!c.in.attention_mask.empty()) continue;  // padding changes input zeroing per call size (spec §5.5)
     SCOPED_TRACE(dir);
+    cases++;
     const int64_t B = c.in.B, S = c.in.S, V = c.model.cfg.vocab_size;
     ForwardResult full = run_forward(c);
     for (int64_t chunk : {1, 3, 7}) {
@@ -178,10 +236,14 @@ TEST(CacheEquivalence, ChunksEqualFullForward) {
           std::copy(part.logits.begin() + b * n * V, part.logits.begin() + (b + 1) * n * V,
                     logits.begin() + (b * S + s0) * V);
       }
-      // Reassociation only: the reference observes ~1e-5 between chunked and full forwards in fp32.
-      EXPECT_LT(max_abs_diff(logits.data(), full.logits.data(), logits.size()), 1e-4) << "chunk " << chunk;
+      // Reassociation only (attention blocks of other lengths): measured 8.8e-6 (golden); the reference
+      // observes 5.5e-6 between its cached and full step logits.
+      const test::Diff d = test::diff(logits.data(), full.logits.data(), logits.size());
+      std::printf("%s chunk %ld: max |chunked - full| %.2e\n", dir.c_str(), long(chunk), d.max_abs);
+      EXPECT_TRUE(d.within(3.5e-5)) << "chunk " << chunk << ": " << d.str();
     }
   }
+  EXPECT_GE(cases, 4) << "the cases without padding";
 }
 
 // Legacy checkpoints under legacy semantics (skip passthrough; ZAYA1-base router-norm eps 1e-6), spec §8.4.
@@ -213,11 +275,27 @@ TEST(GoldenForward, LegacyLayoutsDefaultToLegacySemantics) {
   EXPECT_FALSE(g.model.cfg.skip_passthrough);
 }
 
-// Legacy-layout checkpoints under native semantics reproduce the golden (official) outputs exactly.
+// Legacy-layout checkpoints under native semantics reproduce the golden outputs exactly: they hold the golden
+// model's weights under legacy names, so the logits, hidden states and router logits equal the native
+// checkpoint's bit for bit (and the reference's within the bars).
 TEST(GoldenForward, LegacyLayoutsLoadAsNative) {
+  const Case golden = load_case(test::golden_dir());
+  const ForwardResult want = run_forward(golden);
   for (const char* name : {"ref_legacy_8b", "ref_legacy_base"}) {
+    SCOPED_TRACE(name);
     Case c = load_case(test::data_dir() + "/" + name);
     EXPECT_NE(c.model.cfg.layout, CheckpointLayout::Native);
     check_forward(c);
+    ASSERT_EQ(c.in.input_ids, golden.in.input_ids) << "the legacy cases run the golden inputs";
+    const ForwardResult got = run_forward(c);
+    ASSERT_EQ(got.logits.size(), want.logits.size());
+    EXPECT_EQ(std::memcmp(got.logits.data(), want.logits.data(), want.logits.size() * sizeof(float)), 0);
+    ASSERT_EQ(got.hidden.size(), want.hidden.size());
+    EXPECT_EQ(std::memcmp(got.hidden.data(), want.hidden.data(), want.hidden.size() * sizeof(float)), 0);
+    ASSERT_EQ(got.router_logits.size(), want.router_logits.size());
+    EXPECT_EQ(std::memcmp(got.router_logits.data(), want.router_logits.data(),
+                          want.router_logits.size() * sizeof(float)),
+              0);
+    EXPECT_EQ(got.choice, want.choice);
   }
 }
