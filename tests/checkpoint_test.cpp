@@ -347,7 +347,7 @@ TEST(Checkpoint, ReshardingContinuesTheTrajectory) {
   auto continue_at = [&](const std::string& name, const fs::path& from, const std::string& launcher,
                          const std::vector<double>& want_loss, const std::vector<double>& want_norm) {
     SCOPED_TRACE(name);
-    double max_rel = 0;
+    double max_loss = 0, max_norm = 0;
     const fs::path out = fx.dir / name;
     fs::create_directories(out / "checkpoints");
     fs::copy(from / "checkpoints" / "step_00000004", out / "checkpoints" / "step_00000004",
@@ -359,14 +359,18 @@ TEST(Checkpoint, ReshardingContinuesTheTrajectory) {
     const std::vector<double> loss = metrics_numbers(out / "metrics.jsonl", "loss"),
                               norm = metrics_numbers(out / "metrics.jsonl", "grad_norm");
     ASSERT_EQ(loss.size(), 4u);  // steps 5..8 (the copied checkpoint came without the earlier metrics)
+    // Another world size sums the gradient in another order: relative differences measured (Zen 5, default
+    // and AVX512_CORE oneDNN ISA) up to 4.8e-9 in the loss and 3.1e-8 in the gradient norm; bars ~4x.
     for (size_t i = 4; i < 8; i++) {
-      EXPECT_NEAR(loss[i - 4], want_loss[i], 1e-5 * std::fabs(want_loss[i])) << "step " << i + 1;
-      EXPECT_NEAR(norm[i - 4], want_norm[i], 1e-5 * std::fabs(want_norm[i])) << "step " << i + 1;
-      max_rel = std::max({max_rel, std::fabs(loss[i - 4] - want_loss[i]) / std::fabs(want_loss[i]),
-                          std::fabs(norm[i - 4] - want_norm[i]) / std::fabs(want_norm[i])});
+      const double dl = test::rel_diff(loss[i - 4], want_loss[i]),
+                   dn = test::rel_diff(norm[i - 4], want_norm[i]);
+      EXPECT_LE(dl, 2e-8) << "step " << i + 1 << ": loss " << loss[i - 4] << " vs " << want_loss[i];
+      EXPECT_LE(dn, 1.2e-7) << "step " << i + 1 << ": grad norm " << norm[i - 4] << " vs " << want_norm[i];
+      max_loss = std::max(max_loss, dl);
+      max_norm = std::max(max_norm, dn);
     }
-    std::printf("%s: max relative difference of losses and gradient norms, steps 5-8: %.2e\n", name.c_str(),
-                max_rel);
+    std::printf("%s: steps 5-8, max relative difference of losses %.2e, of gradient norms %.2e\n",
+                name.c_str(), max_loss, max_norm);
   };
   continue_at("two_to_one", a, "", ref_loss, ref_norm);
   continue_at("two_to_four", a, kMpirun4, ref_loss, ref_norm);

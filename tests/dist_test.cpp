@@ -1,14 +1,16 @@
 // Data-parallel training (src/dist): the ZeRO-1 ownership plan and sharded optimizer in process, then real
 // `mpirun -np 2 zaya train` runs against the single-process run of the same TRAIN.json (same global batch):
-// loss trajectory and final parameters within 1e-5 over 20 steps (plain AdamW, gradient accumulation, Muon),
-// per-rank optimizer memory 1/2 of the single-process figure, and the failure behaviour (a hung or dead
-// rank, a bad file) ending the job within the timeout with a message naming the rank.
+// loss trajectory and final parameters close over 20 steps (plain AdamW, gradient accumulation, Muon:
+// relative loss 6e-8, gradient norm 1e-6, parameters 1e-5 relative Frobenius per tensor, ~4x the measured
+// figures), per-rank optimizer memory 1/2 of the single-process figure, and the failure behaviour (a hung or
+// dead rank, a bad file) ending the job within the timeout with a message naming the rank.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -144,8 +146,10 @@ TEST(Zero1Plan, ShardedOptimizersTogetherEqualTheWholeOne) {
     for (const dist::Shard& s : plan.shards) {
       const float* mine = ranks[s.owner].values[s.param].data();
       const float* expect = whole.values[s.param].data();
-      for (int64_t i = s.begin; i < s.end; i++)
-        ASSERT_NEAR(mine[i], expect[i], 1e-6f) << whole.refs[s.param].name << "[" << i << "] world " << world;
+      // Bitwise: AdamW is element-wise and a Muon matrix is owned whole, so the owner runs the very same
+      // operations on the same values as the whole optimizer.
+      ASSERT_EQ(std::memcmp(mine + s.begin, expect + s.begin, size_t(s.end - s.begin) * sizeof(float)), 0)
+          << whole.refs[s.param].name << "[" << s.begin << ", " << s.end << ") world " << world;
     }
   }
 }
@@ -251,9 +255,9 @@ void expect_same_training(const std::string& name, const std::string& optim, con
   // The promise is closeness, not bitwise equality: two ranks sum the gradient in another order than one
   // process, so every figure carries float rounding noise. Measured (Zen 5; OPENBLAS_CORETYPE=Haswell and
   // unset, ONEDNN_MAX_CPU_ISA default and AVX512_CORE; the four runs below): relative loss difference
-  // <= 1.6e-8, gradient norm <= 2.6e-7, final parameters <= 2.7e-6 relative Frobenius per tensor. Bars: 1e-7,
-  // 1e-6, 1e-5. Parameters are compared per tensor by relative Frobenius norm, not max-abs: single entries
-  // with near-zero gradients carry most of the noise (see kAllAdamW).
+  // <= 1.6e-8, gradient norm <= 2.6e-7, final parameters <= 2.7e-6 relative Frobenius per tensor. Bars: 6e-8,
+  // 1e-6, 1e-5 (3.7-3.8x). Parameters are compared per tensor by relative Frobenius norm, not max-abs: single
+  // entries with near-zero gradients carry most of the noise (see kAllAdamW).
   auto m1 = metrics(fx.dir / (name + "_np1")), m2 = metrics(fx.dir / (name + "_np2"));
   ASSERT_EQ(m1.size(), 20u);
   ASSERT_EQ(m2.size(), 20u);
@@ -261,7 +265,7 @@ void expect_same_training(const std::string& name, const std::string& optim, con
   for (size_t s = 0; s < m1.size(); s++) {
     const double dl = test::rel_diff(m2[s]["loss"].get<double>(), m1[s]["loss"].get<double>());
     const double dn = test::rel_diff(m2[s]["grad_norm"].get<double>(), m1[s]["grad_norm"].get<double>());
-    EXPECT_LE(dl, 1e-7) << "step " << s + 1 << ": relative loss difference";
+    EXPECT_LE(dl, 6e-8) << "step " << s + 1 << ": relative loss difference";
     EXPECT_LE(dn, 1e-6) << "step " << s + 1 << ": relative gradient-norm difference";
     max_loss = std::max(max_loss, dl);
     max_norm = std::max(max_norm, dn);

@@ -65,20 +65,21 @@ class Launch : public ::testing::Test {
 
   static std::string bytes(const fs::path& p) { return test::read_text(p.string()); }
 
-  // The final model and the last checkpoint's data files of run `name` equal the straight run's.
-  static void expect_bitwise_as_straight(const std::string& name, int world = 1) {
-    const fs::path a = dir / "straight", b = dir / name;
+  // The final model and the last checkpoint's data files of run `name` equal those of the uninterrupted run
+  // of the same world size: "straight" (one process) or `straight_run` (e.g. a straight mpirun -np 2 run).
+  static void expect_bitwise_as_straight(const std::string& name, int world = 1,
+                                         const std::string& straight_run = "straight") {
+    const fs::path a = dir / straight_run, b = dir / name;
     const std::string model = bytes(b / "model" / "model.safetensors");
     EXPECT_FALSE(model.empty());
-    if (world == 1) {
-      EXPECT_TRUE(model == bytes(a / "model" / "model.safetensors")) << "final models differ";
-      EXPECT_TRUE(bytes(a / "checkpoints" / "step_00000008" / "rank_00000.bin") ==
-                  bytes(b / "checkpoints" / "step_00000008" / "rank_00000.bin"))
-          << "final checkpoints differ";
+    EXPECT_TRUE(model == bytes(a / "model" / "model.safetensors")) << "final models differ";
+    for (int r = 0; r < world; r++) {
+      const std::string part = "rank_0000" + std::to_string(r) + ".bin";
+      const std::string got = bytes(b / "checkpoints" / "step_00000008" / part);
+      EXPECT_FALSE(got.empty()) << part;
+      EXPECT_TRUE(got == bytes(a / "checkpoints" / "step_00000008" / part))
+          << "final checkpoints differ: " << part;
     }
-    for (int r = 0; r < world; r++)
-      EXPECT_TRUE(
-          fs::exists(b / "checkpoints" / "step_00000008" / ("rank_0000" + std::to_string(r) + ".bin")));
   }
 };
 
@@ -302,7 +303,12 @@ TEST_F(Launch, MpirunRankCrashIsRestarted) {
   // Rank 0's heartbeat came through mpirun: step 5, or 4 when mpirun ended rank 0 before its step-5 beat.
   EXPECT_GE(r["attempts"][0]["max_step"], 4) << out;
   EXPECT_EQ(r["attempts"][1]["exit_code"], 0);
-  expect_bitwise_as_straight("mpi", 2);
+  // The same job without a fault, under mpirun -np 2: the restarted run ends bitwise equal to it.
+  const std::string straight =
+      mpirun + ZAYA_BINARY + " train --comm-timeout 20 --config " + config("mpi_straight");
+  ASSERT_EQ(run(straight, (dir / "mpi_straight.log").string()), 0)
+      << test::read_text((dir / "mpi_straight.log").string());
+  expect_bitwise_as_straight("mpi", 2, "mpi_straight");
 }
 
 // A failure that a restart cannot fix (a missing TRAIN.json) is tried twice, not max-restarts + 1 times:

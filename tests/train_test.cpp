@@ -1,5 +1,6 @@
 // `zaya train` end to end on real files: a tiny corpus → trained tokenizer → prepared shards → a few
-// training steps of a small ZAYA1 → metrics, checkpoint (loadable, same logits), sample; plus TRAIN.json
+// training steps of a small ZAYA1 → metrics, the saved model (its validation loss equals the trainer's bit
+// for bit), sample; plus TRAIN.json
 // errors.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -8,7 +9,10 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "data/indexed_dataset.h"
+#include "data/loader.h"
 #include "data/prepare.h"
+#include "kernels/loss.h"
 #include "model/zaya.h"
 #include "test_util.h"
 #include "tiny_training_data.h"
@@ -69,9 +73,29 @@ TEST(Train, EndToEndOnRealFiles) {
   auto j = nlohmann::json::parse(last);
   EXPECT_EQ(j["load_entropy"].size(), 2u);
   EXPECT_EQ(j["expert_counts"][0].size(), 5u);
-  // The checkpoint loads and reproduces the trained model's validation behaviour (same config, same weights).
+  // The saved model (fp32) is the trained one: its logits on the validation batches the trainer scored
+  // (the same loader, seed and batch shapes as train/trainer.cpp's validation_loss) give the trainer's final
+  // validation loss bit for bit, and a validation loss this low is not that of a fresh model.
   ZayaModel model = ZayaModel::load((fx.dir / "run" / "model").string());
   EXPECT_EQ(model.cfg.num_experts, 4);
+  data::DataLoader loader(data::IndexedDataset::open((fx.dir / "data.val").string()), 12345);
+  double sum = 0;
+  int64_t count = 0;
+  ForwardScratch sc;
+  ForwardResult res;
+  for (int64_t i = 0; i < c.eval_batches; i++) {
+    data::Batch b = loader.next_batch(c.micro_batch, c.seq_len);
+    ZayaCache cache(model.cfg, b.rows);
+    zaya_forward(model, cache, b.input_ids.data(), nullptr, b.rows, b.seq_len, {}, res, sc);
+    int64_t n = 0;
+    sum += cross_entropy_forward(nullptr, res.logits.data(), b.targets.data(), b.rows * b.seq_len,
+                                 model.cfg.vocab_size, &n) *
+           double(n);
+    count += n;
+  }
+  ASSERT_GT(count, 0);
+  EXPECT_EQ(sum / double(count), s.final_val_loss)
+      << "the saved model's logits differ from the trained model's";
   EXPECT_TRUE(fs::exists(fx.dir / "run" / "model" / "tokenizer.json"));
   EXPECT_TRUE(fs::exists(fx.dir / "run" / "sample.txt"));
   fs::remove_all(fx.dir);

@@ -1,9 +1,15 @@
 #include "train/train_log.h"
 
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <thread>
 
 #include "core/error.h"
 
@@ -59,6 +65,25 @@ void heartbeat(bool root, int64_t step, const char* phase) {
   if (!f) return;  // liveness is advisory: never stop training for it
   std::fprintf(f, "%lld %s\n", (long long)step, phase);
   std::fclose(f);
+}
+
+int run_with_heartbeat(const std::string& command, bool root, int64_t step, const char* phase) {
+  heartbeat(root, step, phase);
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int status = 0;
+  for (int ticks = 1;; ticks++) {
+    const pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid) return status;
+    if (r < 0 && errno != EINTR) return -1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (ticks % 20 == 0) heartbeat(root, step, phase);
+  }
 }
 
 void EventLog::open(const std::string& path, bool root) {

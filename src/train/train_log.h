@@ -33,6 +33,11 @@ class RunLog {
 // rank that hangs stops rank 0 at the next collective.
 void heartbeat(bool root, int64_t step, const char* phase);
 
+// Runs `command` with /bin/sh like std::system, rewriting the heartbeat ("<step> <phase>") every second until
+// it exits, so that a slow helper (the plot script's matplotlib import on a loaded machine) is not taken
+// for a hang. Returns std::system's status (-1 when it could not start).
+int run_with_heartbeat(const std::string& command, bool root, int64_t step, const char* phase);
+
 // events.jsonl: one JSON object per line, appended and flushed at once; rank 0 only (elsewhere write() does
 // nothing).
 class EventLog {

@@ -713,7 +713,9 @@ TrainSummary Trainer::finish() {
   // Preempted: the training checkpoint is the result; the final model, sample, plot and summary are the
   // resumed run's (metrics.jsonl ends at the checkpoint's step, where the resumed run appends).
   if (!root_ || stopped_by_signal_) return sum_;  // rank 0 writes the model, sample, plot and summary
+  heartbeat(root_, step_, "finishing");           // a supervisor must not take the writing below for a hang
   write_model();
+  heartbeat(root_, step_, "finishing");
   write_sample();
   write_plot();
   write_summary();
@@ -779,13 +781,14 @@ void Trainer::write_plot() const {
     say("train: no plot: tools/plot_train.py is neither beside this binary nor in ../tools from it\n");
     return;
   }
-  if (std::system("/usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1") != 0) {
+  if (run_with_heartbeat("/usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1", root_, step_,
+                         "finishing") != 0) {
     say("train: no plot (%s needs /usr/bin/python3 with matplotlib)\n", script.c_str());
     return;
   }
   const std::string cmd = "/usr/bin/python3 " + shell_quote(script) + " " +
                           shell_quote(c_.out_dir + "/metrics.jsonl") + " " + shell_quote(plot) + " 2>&1";
-  if (std::system(cmd.c_str()) == 0)
+  if (run_with_heartbeat(cmd, root_, step_, "finishing") == 0)
     say("train: plot written to %s\n", plot.c_str());
   else
     say("train: no plot: %s failed (see above)\n", script.c_str());
