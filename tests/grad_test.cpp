@@ -164,9 +164,9 @@ TEST(Grad, LegacySemanticsMatchReference) {
 // every GEMM operand (relative error 2^-9) and that flips the odd expert choice (2 of 256 in the golden
 // case), which changes a token's gradient by O(1); so both runs get balancing biases that route every token
 // to expert 0 (β_0 = 10) and the routes agree. Tolerance: each tensor's max error relative to its largest
-// gradient; measured worst 0.070 (printed), bar 0.2 (~3x: bf16 operands carry 8 bits, so errors of a few
+// gradient; measured worst 0.070 (printed), bar 0.25 (3.6x: bf16 operands carry 8 bits, so errors of a few
 // percent of a tensor's range are the format's, and a broken bf16 path is off by O(100%)).
-constexpr double kBf16GradRelTol = 0.2;
+constexpr double kBf16GradRelTol = 0.25;
 TEST(Grad, Bf16ComputeCloseToFp32) {
   const std::string dir = test::golden_dir();
   ModelInputs in = load_model_inputs(dir + "/inputs.json");
