@@ -46,9 +46,7 @@ struct Fixture {
     dir = fs::temp_directory_path() / ("zaya_train_behaviour_" + std::to_string(getpid()));
     test::write_tiny_training_dir(dir, 5);
   }
-  ~Fixture() {
-    if (!std::getenv("KEEP")) fs::remove_all(dir);
-  }
+  ~Fixture() { fs::remove_all(dir); }
 
   // TRAIN.json of run `name` (output dir/name, synchronous checkpoints every `ckpt_every` steps keeping 5,
   // so that the checkpoint a test kills after surely exists), written to dir/name.json. `top_extra`
@@ -164,6 +162,9 @@ int64_t preempt(const fs::path& out, const std::string& cfg, int sig, const std:
   const pid_t pid = fork();
   if (pid == 0) {  // the child: output to the log, then the trainer
     setenv("ZAYA_SLOW_STEP_MS", "200", 1);
+    // As from a terminal: a shell that started this test in the background left SIGINT ignored, and an
+    // ignored signal stays ignored across exec; a trainer that installed no handler would then run on.
+    signal(sig, SIG_DFL);
     const int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     dup2(fd, 1);
     dup2(fd, 2);
