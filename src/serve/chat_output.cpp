@@ -153,13 +153,18 @@ struct PyLiteral {
   }
 };
 
+// A JSON string literal; invalid UTF-8 (a model can emit any bytes) becomes U+FFFD instead of throwing.
+std::string json_string(const std::string& s) {
+  return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 // JSON text with Python's json.dumps separators (", " and ": "), UTF-8 kept as is (ensure_ascii=False).
 std::string python_json(const nlohmann::json& v) {
   if (v.is_object()) {
     std::string out = "{";
     bool first = true;
     for (const auto& [k, x] : v.items()) {
-      out += (first ? "" : ", ") + nlohmann::json(k).dump() + ": " + python_json(x);
+      out += (first ? "" : ", ") + json_string(k) + ": " + python_json(x);
       first = false;
     }
     return out + "}";
@@ -324,8 +329,7 @@ void ChatOutputParser::close_parameter(ChatDelta& d, std::string value) {
   if (!value.empty() && value.front() == '\n') value.erase(0, 1);
   if (!value.empty() && value.back() == '\n') value.pop_back();
   const nlohmann::json v = convert_tool_parameter(value, param_type(param_name_));
-  tool_piece(d, (params_in_call_ ? ", " : "{") + nlohmann::json(param_name_).dump() + ": " + python_json(v),
-             false);
+  tool_piece(d, (params_in_call_ ? ", " : "{") + json_string(param_name_) + ": " + python_json(v), false);
   params_in_call_++;
 }
 
@@ -368,10 +372,11 @@ bool ChatOutputParser::step_reasoning(ChatDelta& d, bool at_end) {
 }
 
 bool ChatOutputParser::step_content(ChatDelta& d, bool at_end) {
-  if (!calls_.empty()) {  // whitespace between and after tool calls is not content
+  if (after_call_) {  // whitespace between and after tool calls is not content
     const size_t ws = skip_space(buf_);
     if (ws == buf_.size() && !at_end) return false;
     buf_.erase(0, ws);
+    after_call_ = buf_.empty();
   }
   const size_t tool = o_.parse_tools ? buf_.find(kToolOpen) : std::string::npos;
   if (tool != std::string::npos) {
@@ -430,6 +435,7 @@ bool ChatOutputParser::step_tool_call(ChatDelta& d, bool at_end) {
     close_function(d);
     buf_.erase(0, kToolClose.size());
     state_ = State::Content;
+    after_call_ = true;
     return true;
   }
   if (b.empty() && !at_end) return false;

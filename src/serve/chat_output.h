@@ -92,6 +92,7 @@ class ChatOutputParser {
   // The tool call being parsed.
   bool in_function_ = false;   // after <function=NAME>
   bool in_parameter_ = false;  // after <parameter=P>
+  bool after_call_ = false;    // a call just ended: the whitespace that follows is not content
   std::string param_name_;
   int params_in_call_ = 0;
   std::mt19937_64 rng_;
