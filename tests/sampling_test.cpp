@@ -295,3 +295,98 @@ TEST(Sampling, GenerateWithSeedIsReproducibleEndToEnd) {
   EXPECT_NE(a, expected) << "T 1.5 sampling reproduced the greedy tokens: it did not sample";
   EXPECT_EQ(generate_cli("--temperature 0 --seed 3"), expected);
 }
+
+// ---- min-p, logit bias, penalties, log-probabilities (the server's sampling parameters) ----
+
+// min-p keeps exactly the tokens whose probability is at least min_p times the largest one, and draws from
+// them in proportion.
+TEST(Sampling, MinPKeepsTokensAboveAFractionOfTheBest) {
+  const std::vector<float> logits = {2.0f, 1.5f, 0.2f, -1.0f, 1.9f, -3.0f};
+  const std::vector<double> p = softmax_over_t(logits, 1.0);
+  const double pmax = *std::max_element(p.begin(), p.end());
+  for (float min_p : {0.1f, 0.5f, 0.9f}) {
+    SCOPED_TRACE(min_p);
+    SamplerConfig cfg;
+    cfg.greedy = false;
+    cfg.min_p = min_p;
+    cfg.seed = 17;
+    const std::vector<int64_t> counts = draw_counts(cfg, logits, 20000);
+    std::vector<double> want(p.size(), 0.0);
+    double mass = 0;
+    for (size_t i = 0; i < p.size(); i++)
+      if (p[i] >= min_p * pmax) mass += want[i] = p[i];
+    int kept = 0;
+    for (double& w : want) kept += (w /= mass) > 0;
+    EXPECT_LE(chi_square(counts, want), chi_square_bar(std::max(1, kept - 1)));
+  }
+}
+
+// A bias of -100 removes a token; +100 forces it, greedy or not.
+TEST(Sampling, LogitBiasShiftsTheLogits) {
+  const std::vector<float> logits = {3.0f, 1.0f, 0.5f, 0.0f};
+  SamplerConfig cfg;
+  cfg.logit_bias = {{0, -100.f}};
+  EXPECT_EQ(Sampler(cfg).sample(logits.data(), 4), 1);  // greedy: the best is gone
+  cfg.greedy = false;
+  cfg.seed = 3;
+  const std::vector<int64_t> counts = draw_counts(cfg, logits, 5000);
+  EXPECT_EQ(counts[0], 0);
+  cfg.logit_bias = {{3, 100.f}};
+  const std::vector<int64_t> forced = draw_counts(cfg, logits, 2000);
+  EXPECT_EQ(forced[3], 2000);
+}
+
+// The penalties change the logits exactly as documented (checked through greedy choices at the margin).
+TEST(Sampling, PenaltiesFollowTheirFormulas) {
+  const std::vector<float> logits = {2.0f, 1.6f, -1.0f, -1.2f};
+  TokenHistory h;
+  h.add_generated(0);
+  h.add_generated(0);
+  SamplerConfig cfg;  // greedy
+  // frequency: 2.0 - 0.15 * 2 = 1.7 > 1.6 (token 0 stays); 0.25 * 2 = 0.5 -> 1.5 < 1.6 (token 1 wins).
+  cfg.frequency_penalty = 0.15f;
+  EXPECT_EQ(Sampler(cfg).sample(logits.data(), 4, &h), 0);
+  cfg.frequency_penalty = 0.25f;
+  EXPECT_EQ(Sampler(cfg).sample(logits.data(), 4, &h), 1);
+  // presence: once, whatever the count: 2.0 - 0.3 = 1.7 stays, 2.0 - 0.5 = 1.5 loses.
+  cfg.frequency_penalty = 0;
+  cfg.presence_penalty = 0.3f;
+  EXPECT_EQ(Sampler(cfg).sample(logits.data(), 4, &h), 0);
+  cfg.presence_penalty = 0.5f;
+  EXPECT_EQ(Sampler(cfg).sample(logits.data(), 4, &h), 1);
+  // Negative penalties encourage repetition.
+  cfg.presence_penalty = -1.0f;
+  const std::vector<float> l2 = {1.0f, 1.5f};
+  EXPECT_EQ(Sampler(cfg).sample(l2.data(), 2, &h), 0);
+  // repetition: positive logits divided, negative multiplied, prompt tokens count too.
+  SamplerConfig rep;
+  rep.repetition_penalty = 1.3f;
+  TokenHistory prompt;
+  const int32_t ids[] = {0, 2};
+  prompt.add_prompt(ids, 2);
+  EXPECT_EQ(Sampler(rep).sample(logits.data(), 4, &prompt), 1);  // 2.0 / 1.3 = 1.54 < 1.6
+  const std::vector<float> neg = {-1.0f, -1.2f};                 // -1.0 * 1.3 = -1.3 < -1.2
+  EXPECT_EQ(Sampler(rep).sample(neg.data(), 2, &prompt), 1);
+  rep.repetition_penalty = 1.2f;  // 2.0 / 1.2 = 1.667 > 1.6
+  EXPECT_EQ(Sampler(rep).sample(logits.data(), 4, &prompt), 0);
+  // Without a history the penalties have nothing to act on.
+  EXPECT_EQ(Sampler(cfg).sample(logits.data(), 4, nullptr), 0);
+}
+
+// Log-probabilities are log-softmax of the raw logits, the top list sorted, ties by id.
+TEST(Sampling, TokenLogprobsAreLogSoftmax) {
+  const std::vector<float> logits = {1.0f, 3.0f, 3.0f, -2.0f};
+  double sum = 0;
+  for (float l : logits) sum += std::exp(double(l));
+  std::vector<TokenLogprob> top;
+  const float lp = token_logprobs(logits.data(), 4, 3, 3, &top);
+  EXPECT_LE(test::abs_diff(lp, -2.0 - std::log(sum)), 1e-6);
+  ASSERT_EQ(top.size(), 3u);
+  EXPECT_EQ(top[0].id, 1);
+  EXPECT_EQ(top[1].id, 2);
+  EXPECT_EQ(top[2].id, 0);
+  EXPECT_LE(test::abs_diff(top[0].logprob, 3.0 - std::log(sum)), 1e-6);
+  double mass = 0;
+  for (int i = 0; i < 4; i++) mass += std::exp(double(token_logprobs(logits.data(), 4, i, 0, nullptr)));
+  EXPECT_LE(test::abs_diff(mass, 1.0), 1e-6);
+}
