@@ -752,7 +752,12 @@ std::string html_escape(const std::string& s) {
   return o;
 }
 
-double py_round(double x, int64_t nd) {  // Python round(): half to even at the given decimal
+double py_round(double x, int64_t nd) {  // Python round(): correctly rounded, exact ties to even
+  if (nd >= 0 && nd <= 300 && std::isfinite(x)) {
+    char buf[512];  // glibc printf rounds the exact binary value, as CPython's round does
+    std::snprintf(buf, sizeof buf, "%.*f", int(nd), x);
+    return std::strtod(buf, nullptr);
+  }
   double p = std::pow(10.0, double(nd));
   double y = x * p;
   double r = std::nearbyint(y);  // default FE_TONEAREST: ties to even
@@ -1070,8 +1075,14 @@ const std::unordered_map<std::string, FilterFn>& filters() {
        [](Interp& in, const Value& v, Args& a) -> Value {
          const Value* n = arg(a, 0, "name");
          if (!n) fail_at(in, a.at, "attr needs a name");
-         if (v.is_undefined()) fail_at(in, a.at, v.undefined_hint().empty() ? "undefined value used" : v.undefined_hint());
-         return get_attr(v, n->to_str());
+         // Python getattr only: dict keys are not attributes (a namespace's are)
+         std::string name = n->to_str();
+         if (v.is_namespace() || v.is_string() || v.is_list()) return get_attr(v, name);
+         if (v.is_dict()) {
+           Value m = dict_method(v, name);
+           if (!m.is_undefined()) return m;
+         }
+         return Value::undefined("'" + type_name(v) + " object' has no attribute '" + name + "'");
        }},
   };
   return m;

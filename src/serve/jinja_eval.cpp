@@ -447,9 +447,12 @@ Flow Interp::exec(const Stmt& s, Scope* sc) {
     case StmtType::CallBlock: {
       // caller() renders the block body with the call block's own parameters.
       Value caller = make_macro(s, sc);
-      Scope inner{sc, {{"caller", caller}}};
-      Value r = eval(*s.expr, &inner);
-      emit(r.to_str(), s.pos);
+      const Expr& call = *s.expr;
+      Value f = eval(*call.kids[0], sc);
+      if (f.is_undefined()) undefined_error(*this, f, call.pos);
+      Args a = eval_args(call.args, sc, call.pos);
+      a.kw.emplace_back("caller", caller);
+      emit(call_value(*this, f, a).to_str(), s.pos);
       break;
     }
     case StmtType::FilterBlock: {
@@ -552,6 +555,10 @@ Value Interp::make_macro(const Stmt& s, Scope* sc, const Body* body_override) {
     }
     Dict kwargs;
     for (auto& [n, v] : a.kw) {
+      if (n == "caller" && v.is_callable()) {  // {% call %} passes its body as caller()
+        local.set("caller", v);
+        continue;
+      }
       bool is_param = false;
       for (size_t k = 0; k < params.size(); k++)
         if (params[k] == n) {
@@ -566,7 +573,7 @@ Value Interp::make_macro(const Stmt& s, Scope* sc, const Body* body_override) {
       if (k < def->defaults.size() && def->defaults[k]) local.set(params[k], in.eval(*def->defaults[k], &local));
       else local.set(params[k], Value::undefined("parameter '" + params[k] + "' was not provided"));
     }
-    local.set("varargs", Value::list(std::move(varargs)));
+    local.set("varargs", Value::list(std::move(varargs), true));
     local.set("kwargs", Value::dict(std::move(kwargs)));
     in.call_depth++;
     bool saved_in_loop = in.in_loop;

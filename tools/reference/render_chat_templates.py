@@ -194,6 +194,122 @@ def conversations():
     return c
 
 
+# Language features, each rendered by jinja2 with the same environment: the C++ test compares them byte for byte
+# too (the unit tests of tests/jinja_test.cpp cover the rest: errors with line:column, limits, the API).
+CTX = {"s": "  Hello, World  ", "n": 7, "f": 2.5, "neg": -3, "t": True, "no": None, "empty": "", "l": [3, 1, 2],
+       "words": ["b", "A", "c", "a"], "d": {"b": 2, "a": 1, "c": {"x": [1, "y"]}},
+       "msgs": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo", "x": 1},
+                {"role": "user", "content": "bye"}],
+       "u": "Ünïcödé 🙂 text", "nested": [[1, 2], [3, 4]], "big": 12345678901234, "tiny": 1.5e-07, "huge": 1e16}
+FEATURES = [
+    # output and Python str()
+    "{{ n }}|{{ f }}|{{ t }}|{{ no }}|{{ l }}|{{ d }}|{{ missing }}|{{ tiny }}|{{ huge }}|{{ 1.0 }}|{{ 1e3 }}",
+    "{{ msgs[1] }}|{{ (1, 'a') }}|{{ (1,) }}|{{ \"it's\" }}|{{ ['a\\nb'] }}|{{ 0.1 + 0.2 }}|{{ 10 / 4 }}",
+    # whitespace control, trim_blocks, lstrip_blocks
+    "a\n  {% if t %}\n    b\n  {% endif %}\nc\n",
+    "a  {%- if t -%}  b  {%- endif -%}  c",
+    "a\n  {%+ if t %}b{% endif +%}\nc",
+    "x {{- ' y ' -}} z\n{# comment #}\n  {#- c2 -#}  w",
+    "  {% for i in l %}\n  {{ i }}\n  {% endfor %}\n",
+    "{% raw %}{{ not rendered }}{% endraw %}|{{ '{{' }}",
+    "line1\r\nline2\rline3\n\n",
+    # expressions
+    "{{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % 3 }} {{ -7 % 3 }} {{ 2 ** 10 }} {{ 7.5 // 2 }} {{ 'ab' * 3 }} {{ [1] * 2 }}",
+    "{{ 'a' ~ 1 ~ none ~ missing ~ [1] }} {{ 'x' + 'y' }} {{ l + [4] }} {{ -n }} {{ +f }} {{ not t }}",
+    "{{ 1 < 2 < 3 }} {{ 3 > 2 > 2 }} {{ 1 == 1.0 }} {{ t == 1 }} {{ 'a' != 'b' }} {{ [1,2] == [1,2] }} {{ 'ab' < 'b' }}",
+    "{{ 'ell' in s }} {{ 2 in l }} {{ 'a' in d }} {{ 'z' not in d }} {{ 5 not in l }} {{ 'x' in missing }}",
+    "{{ t and 'yes' }} {{ no or 'fallback' }} {{ empty or no }} {{ 0 and 1 }} {{ 'a' if t else 'b' }} {{ 'a' if no }}.",
+    "{{ s[2:7] }}|{{ s[::-1] }}|{{ l[1:] }}|{{ l[-1] }}|{{ u[0] }}|{{ u[-6:] }}|{{ u[::2] }}|{{ l[::-2] }}|{{ l[5:] }}",
+    "{{ d.a }} {{ d['b'] }} {{ d.c.x[1] }} {{ d.zz is defined }} {{ msgs[0].role }} {{ l.0 }} {{ nested[1][0] }}",
+    "{{ {'k': 1, 'j': [2]} }} {{ [1, 'a', none, true] }} {{ ('a', 'b')[1] }} {{ {'a': 1}.a }}",
+    "{{ 'abc' 'def' }} {{ \"q'\" }} {{ 'tab\\tnew\\nline' }} {{ '\\u00e9\\x41' }}",
+    # statements
+    "{% for x in l %}{{ loop.index }}/{{ loop.index0 }}/{{ loop.revindex }}/{{ loop.revindex0 }}/{{ loop.first }}/{{ loop.last }}/{{ loop.length }};{% endfor %}",
+    "{% for x in l %}{{ loop.previtem }}<{{ x }}>{{ loop.nextitem }} {% endfor %}",
+    "{% for x in l if x > 1 %}{{ x }}:{{ loop.length }} {% else %}none{% endfor %}|{% for x in [] %}x{% else %}empty{% endfor %}",
+    "{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}|{% for k in d %}{{ k }}{% endfor %}",
+    "{% for a, b in nested %}{{ a + b }} {% endfor %}|{% for c in 'héllo' %}{{ c }}.{% endfor %}",
+    "{% for x in l %}{% if x == 1 %}{% continue %}{% endif %}{% if x == 2 %}{% break %}{% endif %}{{ x }}{% endfor %}",
+    "{% for x in l %}{{ loop.cycle('odd', 'even') }} {% endfor %}",
+    "{% for row in nested %}{% for x in row %}{{ loop.index }}{{ x }}{% endfor %}|{% endfor %}",
+    "{% if n > 10 %}big{% elif n > 5 %}mid{% else %}small{% endif %}",
+    "{% set x = 1 %}{% set y, z = 2, 3 %}{{ x + y + z }}{% set w %}block {{ x }}{% endset %}[{{ w }}]",
+    "{% set x = 'outer' %}{% for i in l %}{% set x = i %}{% endfor %}{{ x }}|{% if t %}{% set x = 'if' %}{% endif %}{{ x }}",
+    "{% set ns = namespace(count=0, found=false) %}{% for i in l %}{% set ns.count = ns.count + i %}{% endfor %}{{ ns.count }} {{ ns.found }}",
+    "{% macro greet(name, punct='!') %}Hi {{ name }}{{ punct }}{% endmacro %}{{ greet('A') }} {{ greet('B', '?') }} {{ greet(punct='.', name='C') }}",
+    "{% macro m() %}{{ varargs }}{{ kwargs }}{% endmacro %}{{ m(1, 2, k=3) }}",
+    "{% macro wrap() %}[{{ caller() }}]{% endmacro %}{% call wrap() %}inside{% endcall %}",
+    "{% macro fact(k) %}{% if k <= 1 %}1{% else %}{{ k * fact(k - 1) | int }}{% endif %}{% endmacro %}{{ fact(5) }}",
+    "{% filter upper %}shout {{ n }}{% endfilter %}|{% set q | trim %}  spaced  {% endset %}[{{ q }}]",
+    "{% with a = 1, b = 2 %}{{ a + b }}{% endwith %}{{ a }}",
+    "{% generation %}assistant text{% endgeneration %}",
+    # tests
+    "{{ n is defined }} {{ missing is undefined }} {{ no is none }} {{ s is string }} {{ d is mapping }} {{ l is iterable }} {{ s is sequence }} {{ n is number }} {{ t is boolean }} {{ n is integer }} {{ f is float }}",
+    "{{ t is true }} {{ t is false }} {{ 0 is false }} {{ n is divisibleby 7 }} {{ n is divisibleby(2) }} {{ n is odd }} {{ n is even }} {{ 'x' is equalto 'x' }} {{ 1 is eq 1 }} {{ n is gt 3 }} {{ n is not lt 3 }}",
+    "{{ missing is iterable }} {{ missing is sequence }} {{ d is iterable }} {{ 1 is iterable }} {{ none is mapping }} {{ 'abc' is lower }} {{ 'ABC' is upper }} {{ 2 is in l }} {{ range is callable }} {{ no is sameas none }}",
+    # filters
+    "{{ s | trim }}|{{ 'xxhixx' | trim('x') }}|{{ s | length }}|{{ u | length }}|{{ l | count }}|{{ d | length }}|{{ missing | length }}",
+    "{{ d | items | list }}|{{ s | upper }}|{{ s | lower }}|{{ 'hELLO world' | capitalize }}|{{ 'hello big-world (x)' | title }}",
+    "{{ l | join(', ') }}|{{ msgs | map(attribute='role') | join }}|{{ l | first }}|{{ l | last }}|{{ [] | first }}|{{ 'abc' | last }}",
+    "{{ missing | default('dflt') }}|{{ empty | default('dflt') }}|{{ empty | default('dflt', true) }}|{{ no | d('x') }}",
+    "{{ 'a-b-a' | replace('a', 'x') }}|{{ 'a-b-a' | replace('a', 'x', 1) }}|{{ '42' | int + 1 }}|{{ '3.9' | int }}|{{ 'x' | int(7) }}|{{ '2.5' | float }}|{{ 3 | float }}",
+    "{{ neg | abs }}|{{ -2.5 | abs }}|{{ 2.5 | round }}|{{ 3.5 | round }}|{{ 2.675 | round(2) }}|{{ 2.1 | round(0, 'ceil') }}|{{ 7 | round }}",
+    "{{ words | sort }}|{{ words | sort(reverse=true) }}|{{ words | sort(case_sensitive=true) }}|{{ msgs | sort(attribute='content') | map(attribute='content') | list }}",
+    "{{ words | unique | list }}|{{ [1, 2, 1, 3] | unique | list }}|{{ d | dictsort }}|{{ {'b': 1, 'A': 2} | dictsort }}",
+    "{{ msgs | selectattr('role', 'equalto', 'user') | list | length }}|{{ msgs | rejectattr('x') | map(attribute='role') | join(',') }}|{{ l | select('odd') | list }}|{{ l | reject('odd') | list }}|{{ msgs | selectattr('x', 'defined') | list }}",
+    "{{ l | map('string') | join('+') }}|{{ ['a', 'b'] | map('upper') | list }}|{{ msgs | map(attribute='missing', default='?') | list }}",
+    "[{{ 'a\\nb\\n\\nc' | indent }}]|[{{ 'a\\nb' | indent(2, true) }}]|[{{ 'a\\n\\nb' | indent('>', blank=true) }}]",
+    "{{ '<b>&\"\\'' | e }}|{{ '<b>' | escape }}|{{ '<b>' | safe }}|{{ 'one two  three' | wordcount }}|{{ [1,2,3,4,5] | batch(2) | list }}|{{ [1,2,3] | batch(2, 0) | list }}",
+    "{{ l | sum }}|{{ l | min }}|{{ l | max }}|{{ words | max }}|{{ l | reverse | list }}|{{ 'abc' | reverse }}|{{ l | list }}|{{ 'ab' | list }}|{{ n | string }}|{{ t | string }}",
+    "{{ d | tojson }}|{{ msgs[1] | tojson }}|{{ u | tojson }}|{{ [1.0, 1.5e-07, 1e16, -0.0, true, none] | tojson }}",
+    "{{ d | tojson(indent=2) }}|{{ {} | tojson(indent=2) }}|{{ [] | tojson(indent=2) }}|{{ u | tojson(ensure_ascii=true) }}",
+    "{{ d | tojson(sort_keys=true) }}|{{ d | tojson(separators=(',', ':')) }}|{{ 'tab\\t\\\\ \\u0001 \"q\"' | tojson }}",
+    "{{ 'abc' | center(9) }}|{{ d | attr('a') }}|{{ msgs | map(attribute='content') | map('length') | list }}",
+    # methods
+    "{{ s.strip() }}|{{ s.lstrip() }}|{{ s.rstrip() }}|{{ 'xxhixx'.strip('x') }}|{{ '\\n\\nhi\\n'.lstrip('\\n') }}|{{ u.strip('Üt') }}",
+    "{{ 'a,b,,c'.split(',') }}|{{ '  a  b c '.split() }}|{{ 'a,b,c'.split(',', 1) }}|{{ 'a,b,c'.rsplit(',', 1) }}|{{ 'x</think>y'.split('</think>')[-1] }}",
+    "{{ s.startswith('  He') }}|{{ s.endswith('  ') }}|{{ 'abc'.startswith(('x', 'a')) }}|{{ s.upper() }}|{{ s.lower() }}|{{ 'hello world_x'.title() }}|{{ 'hELLO'.capitalize() }}",
+    "{{ 'aaa'.replace('a', 'b', 2) }}|{{ 'abc'.find('c') }}|{{ 'abc'.find('z') }}|{{ 'a-b-c'.count('-') }}|{{ '-'.join(['x', 'y']) }}|{{ 'a\\nb\\r\\nc'.splitlines() }}",
+    "{{ '{} and {}'.format('x', 1) }}|{{ '{0}{name}'.format('a', name='b') }}|{{ '12'.isdigit() }}|{{ 'ab'.isalpha() }}|{{ ' '.isspace() }}|{{ '7'.zfill(3) }}",
+    "{{ d.get('a') }}|{{ d.get('zz') }}|{{ d.get('zz', 5) }}|{{ d.keys() | list }}|{{ d.values() | list | length }}|{{ d.items() | list | first }}|{{ l.index(2) }}|{{ l.count(3) }}",
+    # globals
+    "{{ range(3) | list }}|{{ range(1, 10, 3) | list }}|{{ range(5, 0, -2) | list }}|{% for i in range(2) %}{{ i }}{% endfor %}",
+    "{{ strftime_now('%d %b %Y') }}|{{ strftime_now('%Y-%m-%dT%H:%M') }}|{{ dict(a=1, b='x') }}|{{ namespace(a=1).a }}",
+    "{% set j = joiner('; ') %}{% for x in l %}{{ j() }}{{ x }}{% endfor %}",
+    # undefined semantics
+    "[{{ missing }}][{{ missing | string }}][{{ missing ~ 'x' }}][{{ missing | trim }}][{% for x in missing %}x{% endfor %}][{{ d.zz }}][{{ no.attr }}]",
+    "{% if missing %}y{% else %}n{% endif %}{% if missing == missing %}eq{% endif %}{% if not missing %}!{% endif %}{{ missing is none }}",
+    # errors jinja2 raises
+    "{{ missing.attr }}",
+    "{{ missing + 1 }}",
+    "{{ 'a' + 1 }}",
+    "{{ 1 / 0 }}",
+    "{{ raise_exception('custom failure') }}",
+    "{{ l.append(4) }}",
+    "{{ range(200000) | length }}",
+    "{{ n | items | list }}",
+    "{{ 'a' < 1 }}",
+    "{% for x in 5 %}{% endfor %}",
+    "{% set a, b = [1, 2, 3] %}",
+    "{% set x.y = 1 %}",
+    "{{ 1 in 2 }}",
+    "{{ missing() }}",
+    "{{ n(1) }}",
+]
+
+
+def render_features(env):
+    out = []
+    for text in FEATURES:
+        case = {"template": text, "context": CTX}
+        try:
+            case["expected"] = env.from_string(text).render(**CTX)
+        except Exception as e:
+            case["error"] = f"{type(e).__name__}: {e}"
+        out.append(case)
+    return out
+
+
 def main():
     env = make_env()
     names = sorted(f for f in os.listdir(DATA) if f.endswith(".jinja"))
@@ -221,13 +337,15 @@ def main():
                     except Exception as e:  # jinja2 raised: the C++ renderer must raise too
                         case["error"] = f"{type(e).__name__}: {e}"
                     cases.append(case)
+    features = render_features(env)
     out = {"generator": "tools/reference/render_chat_templates.py", "jinja2": jinja2.__version__, "now": NOW,
-           "cases": cases}
+           "cases": cases, "features": features}
     with open(os.path.join(DATA, "cases.json"), "w", encoding="utf-8") as f:
         json.dump(out, f, ensure_ascii=False, indent=0)
         f.write("\n")
     errors = sum("error" in c for c in cases)
-    print(f"{len(sources)} templates, {len(cases)} cases ({errors} expect an error)", file=sys.stderr)
+    print(f"{len(sources)} templates, {len(cases)} cases ({errors} expect an error); {len(features)} feature cases "
+          f"({sum('error' in c for c in features)} expect an error)", file=sys.stderr)
 
 
 if __name__ == "__main__":
