@@ -1,10 +1,11 @@
-// A Jinja2 interpreter for chat templates (the `chat_template` of tokenizer_config.json / chat_template.jinja).
-// Parse once, render many: Template::parse(text, name) builds an AST; Template::render(context) walks it.
-// Semantics follow Python jinja2 as Hugging Face transformers configures it for apply_chat_template
-// (ImmutableSandboxedEnvironment, trim_blocks, lstrip_blocks, loopcontrols, a json.dumps `tojson`,
-// raise_exception and strftime_now globals), so a checkpoint's own template renders byte for byte the prompt
-// the model was trained on. The supported subset and the known differences are in docs/chat-templates.md.
-// Every failure (syntax, undefined use, raise_exception, limits) is a zaya::Error naming template:line:column.
+// A Jinja2 interpreter for chat templates (the `chat_template` of tokenizer_config.json /
+// chat_template.jinja). Parse once, render many: Template::parse(text, name) builds an AST;
+// Template::render(context) walks it. Semantics follow Python jinja2 as Hugging Face transformers configures
+// it for apply_chat_template (ImmutableSandboxedEnvironment, trim_blocks, lstrip_blocks, loopcontrols, a
+// json.dumps `tojson`, raise_exception and strftime_now globals), so a checkpoint's own template renders byte
+// for byte the prompt the model was trained on. The supported subset and the known differences are in
+// docs/chat-templates.md. Every failure (syntax, undefined use, raise_exception, limits) is a zaya::Error
+// naming template:line:column.
 #pragma once
 
 #include <cstdint>
@@ -73,9 +74,9 @@ class Value {
   const Callable& fn() const;
   const std::string& undefined_hint() const;
 
-  bool truthy() const;          // Python bool()
-  std::string to_str() const;   // Python str(): True, None, 1.5, "['a', 1]"; undefined prints as ""
-  std::string repr() const;     // Python repr()
+  bool truthy() const;             // Python bool()
+  std::string to_str() const;      // Python str(): True, None, 1.5, "['a', 1]"; undefined prints as ""
+  std::string repr() const;        // Python repr()
   nlohmann::json to_json() const;  // errors on undefined and callables
   bool same_object(const Value& o) const;  // Python `is`
 
@@ -109,8 +110,8 @@ std::string json_dumps(const Value& v, int indent = -1, bool ensure_ascii = fals
 std::string python_float_repr(double d);
 
 struct Options {
-  bool trim_blocks = true;     // transformers' apply_chat_template setting (jinja2's default is false)
-  bool lstrip_blocks = true;   // idem
+  bool trim_blocks = true;    // transformers' apply_chat_template setting (jinja2's default is false)
+  bool lstrip_blocks = true;  // idem
   bool keep_trailing_newline = false;
   // Bounds: a hostile template gets a clear error instead of hanging or exhausting memory.
   size_t max_output_bytes = 16u << 20;  // also caps any one string or list built while rendering
@@ -131,7 +132,9 @@ class Template {
   // The context is a dict of top-level variables (messages, tools, add_generation_prompt, bos_token, ...).
   std::string render(const Value& context) const;
   std::string render(const nlohmann::json& context) const { return render(Value::from_json(context)); }
-  std::string render(const nlohmann::ordered_json& context) const { return render(Value::from_json(context)); }
+  std::string render(const nlohmann::ordered_json& context) const {
+    return render(Value::from_json(context));
+  }
   const std::string& name() const;
 
  private:

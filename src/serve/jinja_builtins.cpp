@@ -1,6 +1,6 @@
-// Builtins of the Jinja interpreter: filters, tests, globals, and the Python methods templates call on strings,
-// dicts and lists, each with jinja2's (and Python's) behaviour. transformers' environment is sandboxed and
-// immutable, so methods that would modify a list or dict are refused, as there.
+// Builtins of the Jinja interpreter: filters, tests, globals, and the Python methods templates call on
+// strings, dicts and lists, each with jinja2's (and Python's) behaviour. transformers' environment is
+// sandboxed and immutable, so methods that would modify a list or dict are refused, as there.
 #include <algorithm>
 #include <cmath>
 #include <ctime>
@@ -13,15 +13,24 @@ namespace zaya::jinja::detail {
 
 std::string type_name(const Value& v) {
   switch (v.kind()) {
-    case Kind::Undefined: return "Undefined";
-    case Kind::None: return "NoneType";
-    case Kind::Bool: return "bool";
-    case Kind::Int: return "int";
-    case Kind::Float: return "float";
-    case Kind::String: return "str";
-    case Kind::List: return v.is_tuple() ? "tuple" : "list";
-    case Kind::Dict: return v.is_namespace() ? "Namespace" : "dict";
-    case Kind::Callable: return "function";
+    case Kind::Undefined:
+      return "Undefined";
+    case Kind::None:
+      return "NoneType";
+    case Kind::Bool:
+      return "bool";
+    case Kind::Int:
+      return "int";
+    case Kind::Float:
+      return "float";
+    case Kind::String:
+      return "str";
+    case Kind::List:
+      return v.is_tuple() ? "tuple" : "list";
+    case Kind::Dict:
+      return v.is_namespace() ? "Namespace" : "dict";
+    case Kind::Callable:
+      return "function";
   }
   return "?";
 }
@@ -127,7 +136,9 @@ std::vector<std::string> py_rsplit(const std::string& s, const Value& sep, int64
   return rev;
 }
 
-bool is_alpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
+bool is_alpha(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
 
 std::string py_title(const std::string& s) {  // str.title(): cased runs start upper, continue lower
   std::string o = s;
@@ -151,8 +162,8 @@ std::string jinja_title(const std::string& s) {  // jinja2's do_title: words spl
   std::string o;
   bool start = true;
   for (char c : s) {
-    bool sep = c == '-' || c == '(' || c == '{' || c == '[' || c == '<' || c == ' ' || c == '\t' || c == '\n' ||
-               c == '\r' || c == '\f' || c == '\v';
+    bool sep = c == '-' || c == '(' || c == '{' || c == '[' || c == '<' || c == ' ' || c == '\t' ||
+               c == '\n' || c == '\r' || c == '\f' || c == '\v';
     if (sep) {
       o += c;
       start = true;
@@ -193,8 +204,8 @@ std::vector<std::string> py_splitlines(const std::string& s, bool keepends) {
   size_t b = 0;
   for (size_t k = 0; k < u.size(); k++) {
     char32_t c = u[k];
-    bool br = c == '\n' || c == '\r' || c == 0x0B || c == 0x0C || c == 0x1C || c == 0x1D || c == 0x1E || c == 0x85 ||
-              c == 0x2028 || c == 0x2029;
+    bool br = c == '\n' || c == '\r' || c == 0x0B || c == 0x0C || c == 0x1C || c == 0x1D || c == 0x1E ||
+              c == 0x85 || c == 0x2028 || c == 0x2029;
     if (!br) continue;
     size_t e = k + 1;
     if (c == '\r' && k + 1 < u.size() && u[k + 1] == '\n') e++;
@@ -226,7 +237,9 @@ bool starts_or_ends(Interp& in, const std::string& s, const Value& what, bool st
     }
     return false;
   }
-  fail_at(in, pos, str_cat(start ? "startswith" : "endswith", " first arg must be str or a tuple of str, not ", type_name(what)));
+  fail_at(in, pos,
+          str_cat(start ? "startswith" : "endswith", " first arg must be str or a tuple of str, not ",
+                  type_name(what)));
 }
 
 // str.format with {} / {0} / {name} fields and str() conversion (format specs are not supported).
@@ -245,12 +258,13 @@ std::string py_format(Interp& in, const std::string& f, const Args& a) {
       size_t e = f.find('}', k);
       if (e == std::string::npos) fail_at(in, a.at, "single '{' encountered in format string");
       std::string field = f.substr(k + 1, e - k - 1);
-      if (field.find_first_of(":!") != std::string::npos) fail_at(in, a.at, "format specs in str.format are not supported");
+      if (field.find_first_of(":!") != std::string::npos)
+        fail_at(in, a.at, "format specs in str.format are not supported");
       const Value* v = nullptr;
       if (field.empty()) {
         if (auto_idx < a.pos.size()) v = &a.pos[auto_idx++];
       } else if (std::all_of(field.begin(), field.end(), ::isdigit)) {
-        size_t idx = std::stoul(field);
+        size_t idx = field.size() > 9 ? SIZE_MAX : size_t(std::strtoull(field.c_str(), nullptr, 10));
         if (idx < a.pos.size()) v = &a.pos[idx];
       } else {
         v = a.get_kw(field);
@@ -270,17 +284,20 @@ std::string py_format(Interp& in, const std::string& f, const Args& a) {
 
 Value unsafe_method(const std::string& owner, const std::string& name) {
   return make_fn(owner + "." + name, [owner, name](Interp& in, Args& a) -> Value {
-    fail_at(in, a.at, str_cat("access to attribute '", name, "' of '", owner,
-                              "' object is unsafe: chat templates may not modify their inputs"));
+    fail_at(in, a.at,
+            str_cat("access to attribute '", name, "' of '", owner,
+                    "' object is unsafe: chat templates may not modify their inputs"));
   });
 }
 
 Value string_method(const Value& self, const std::string& name) {
-  static const char* known[] = {"strip", "lstrip", "rstrip", "split", "rsplit", "startswith", "endswith", "upper",
-                                "lower", "title", "capitalize", "replace", "find", "rfind", "count", "join",
-                                "splitlines", "isdigit", "isalpha", "isalnum", "isspace", "islower", "isupper",
-                                "format", "index", "rindex", "center", "ljust", "rjust", "zfill", "swapcase"};
-  if (std::find_if(std::begin(known), std::end(known), [&](const char* k) { return name == k; }) == std::end(known))
+  static const char* known[] = {
+      "strip",      "lstrip",  "rstrip",     "split",   "rsplit",  "startswith", "endswith", "upper",
+      "lower",      "title",   "capitalize", "replace", "find",    "rfind",      "count",    "join",
+      "splitlines", "isdigit", "isalpha",    "isalnum", "isspace", "islower",    "isupper",  "format",
+      "index",      "rindex",  "center",     "ljust",   "rjust",   "zfill",      "swapcase"};
+  if (std::find_if(std::begin(known), std::end(known), [&](const char* k) { return name == k; }) ==
+      std::end(known))
     return Value::undefined("'str object' has no attribute '" + name + "'");
   return make_fn("str." + name, [self, name](Interp& in, Args& a) -> Value {
     const std::string& s = self.str();
@@ -307,7 +324,8 @@ Value string_method(const Value& self, const std::string& name) {
     if (name == "lower") return Value(py_lower(s));
     if (name == "swapcase") {
       std::string o = s;
-      for (char& c : o) c = std::isupper(static_cast<unsigned char>(c)) ? char(std::tolower(c)) : char(std::toupper(c));
+      for (char& c : o)
+        c = std::isupper(static_cast<unsigned char>(c)) ? char(std::tolower(c)) : char(std::toupper(c));
       return Value(o);
     }
     if (name == "title") return Value(py_title(s));
@@ -315,7 +333,8 @@ Value string_method(const Value& self, const std::string& name) {
     if (name == "replace") {
       Value o = arg_or(a, 0, "old", Value()), n = arg_or(a, 1, "new", Value());
       if (!o.is_string() || !n.is_string()) fail_at(in, a.at, "replace() arguments must be str");
-      std::string r = py_replace(s, o.str(), n.str(), int_arg(in, arg_or(a, 2, "count", Value(-1)), "count", a.at));
+      std::string r =
+          py_replace(s, o.str(), n.str(), int_arg(in, arg_or(a, 2, "count", Value(-1)), "count", a.at));
       check_size(in, r.size(), a.at);
       return Value(std::move(r));
     }
@@ -325,7 +344,9 @@ Value string_method(const Value& self, const std::string& name) {
       if (name == "count") {
         if (sub.str().empty()) return Value(int64_t(py_len(s) + 1));
         int64_t c = 0;
-        for (size_t p = s.find(sub.str()); p != std::string::npos; p = s.find(sub.str(), p + sub.str().size())) c++;
+        for (size_t p = s.find(sub.str()); p != std::string::npos;
+             p = s.find(sub.str(), p + sub.str().size()))
+          c++;
         return Value(c);
       }
       size_t p = name[0] == 'r' ? s.rfind(sub.str()) : s.find(sub.str());
@@ -341,7 +362,8 @@ Value string_method(const Value& self, const std::string& name) {
       std::string o;
       bool first = true;
       for (auto& x : iterate(in, *it, a.at)) {
-        if (!x.is_string()) fail_at(in, a.at, str_cat("sequence item: expected str instance, ", type_name(x), " found"));
+        if (!x.is_string())
+          fail_at(in, a.at, str_cat("sequence item: expected str instance, ", type_name(x), " found"));
         if (!first) o += s;
         first = false;
         o += x.str();
@@ -349,7 +371,8 @@ Value string_method(const Value& self, const std::string& name) {
       }
       return Value(std::move(o));
     }
-    if (name == "splitlines") return str_list(py_splitlines(s, arg_or(a, 0, "keepends", Value(false)).truthy()));
+    if (name == "splitlines")
+      return str_list(py_splitlines(s, arg_or(a, 0, "keepends", Value(false)).truthy()));
     if (name == "format") return Value(py_format(in, s, a));
     if (name == "center" || name == "ljust" || name == "rjust" || name == "zfill") {
       int64_t w = int_arg(in, arg_or(a, 0, "width", Value(0)), "width", a.at);
@@ -376,12 +399,18 @@ Value string_method(const Value& self, const std::string& name) {
     if (s.empty()) return Value(false);
     bool all = true, any_cased = false;
     for (unsigned char c : s) {
-      if (name == "isdigit") all &= c >= '0' && c <= '9';
-      else if (name == "isalpha") all &= is_alpha(char(c));
-      else if (name == "isalnum") all &= is_alpha(char(c)) || (c >= '0' && c <= '9');
-      else if (name == "isspace") all &= py_isspace(c);
-      else if (name == "islower") all &= !(c >= 'A' && c <= 'Z'), any_cased |= c >= 'a' && c <= 'z';
-      else if (name == "isupper") all &= !(c >= 'a' && c <= 'z'), any_cased |= c >= 'A' && c <= 'Z';
+      if (name == "isdigit")
+        all &= c >= '0' && c <= '9';
+      else if (name == "isalpha")
+        all &= is_alpha(char(c));
+      else if (name == "isalnum")
+        all &= is_alpha(char(c)) || (c >= '0' && c <= '9');
+      else if (name == "isspace")
+        all &= py_isspace(c);
+      else if (name == "islower")
+        all &= !(c >= 'A' && c <= 'Z'), any_cased |= c >= 'a' && c <= 'z';
+      else if (name == "isupper")
+        all &= !(c >= 'a' && c <= 'z'), any_cased |= c >= 'A' && c <= 'Z';
     }
     if (name == "islower" || name == "isupper") return Value(all && any_cased);
     return Value(all);
@@ -393,9 +422,12 @@ Value dict_method(const Value& self, const std::string& name) {
     return make_fn("dict." + name, [self, name](Interp&, Args&) -> Value {
       List l;
       for (auto& [k, v] : self.dict_ref().entries) {
-        if (name == "items") l.push_back(Value::list({Value(k), v}, true));
-        else if (name == "keys") l.push_back(Value(k));
-        else l.push_back(v);
+        if (name == "items")
+          l.push_back(Value::list({Value(k), v}, true));
+        else if (name == "keys")
+          l.push_back(Value(k));
+        else
+          l.push_back(v);
       }
       return Value::list(std::move(l));
     });
@@ -410,7 +442,8 @@ Value dict_method(const Value& self, const std::string& name) {
       return v ? *v : dflt;
     });
   }
-  if (name == "copy") return make_fn("dict.copy", [self](Interp&, Args&) { return Value::dict(self.dict_ref()); });
+  if (name == "copy")
+    return make_fn("dict.copy", [self](Interp&, Args&) { return Value::dict(self.dict_ref()); });
   if (name == "pop" || name == "popitem" || name == "update" || name == "setdefault" || name == "clear")
     return unsafe_method("dict", name);
   return Value();
@@ -443,18 +476,22 @@ Value list_method(const Value& self, const std::string& name) {
 
 void check_size(Interp& in, size_t n, uint32_t pos) {
   if (n > in_options(in).max_output_bytes)
-    fail_at(in, pos, str_cat("value of ", n, " bytes/items exceeds the output limit of ", in_options(in).max_output_bytes));
+    fail_at(in, pos,
+            str_cat("value of ", n, " bytes/items exceeds the output limit of ",
+                    in_options(in).max_output_bytes));
 }
 
 Value get_attr(const Value& obj, const std::string& name) {
   switch (obj.kind()) {
-    case Kind::String: return string_method(obj, name);
+    case Kind::String:
+      return string_method(obj, name);
     case Kind::Dict: {
       if (obj.is_namespace()) {
         const Value* v = obj.dict_ref().find(name);
         return v ? *v : Value::undefined("'Namespace object' has no attribute '" + name + "'");
       }
-      Value m = dict_method(obj, name);  // Python getattr first: d.items is the method even with an 'items' key
+      Value m =
+          dict_method(obj, name);  // Python getattr first: d.items is the method even with an 'items' key
       if (!m.is_undefined()) return m;
       const Value* v = obj.dict_ref().find(name);
       return v ? *v : Value::undefined("'dict object' has no attribute '" + name + "'");
@@ -464,7 +501,8 @@ Value get_attr(const Value& obj, const std::string& name) {
       if (!m.is_undefined()) return m;
       break;
     }
-    default: break;
+    default:
+      break;
   }
   return Value::undefined("'" + type_name(obj) + " object' has no attribute '" + name + "'");
 }
@@ -486,7 +524,8 @@ Value get_item(Interp& in, const Value& obj, const Value& key, uint32_t pos) {
     if (obj.is_list()) {
       int64_t n = int64_t(obj.items().size());
       if (k < 0) k += n;
-      if (k < 0 || k >= n) return Value::undefined(str_cat("'", type_name(obj), " object' has no element ", key.get_int()));
+      if (k < 0 || k >= n)
+        return Value::undefined(str_cat("'", type_name(obj), " object' has no element ", key.get_int()));
       return obj.items()[size_t(k)];
     }
     const std::string& s = obj.str();
@@ -518,9 +557,12 @@ bool contains(Interp& in, const Value& c, const Value& item, uint32_t pos) {
       for (auto& x : c.items())
         if (x == item) return true;
       return false;
-    case Kind::Dict: return item.is_string() && c.dict_ref().find(item.str()) != nullptr;
-    case Kind::Undefined: return false;
-    default: fail_at(in, pos, str_cat("argument of type '", type_name(c), "' is not iterable"));
+    case Kind::Dict:
+      return item.is_string() && c.dict_ref().find(item.str()) != nullptr;
+    case Kind::Undefined:
+      return false;
+    default:
+      fail_at(in, pos, str_cat("argument of type '", type_name(c), "' is not iterable"));
   }
 }
 
@@ -544,12 +586,14 @@ int compare(Interp& in, const Value& a, const Value& b, uint32_t pos) {
     }
     return x.size() < y.size() ? -1 : x.size() > y.size() ? 1 : 0;
   }
-  fail_at(in, pos, str_cat("'<' not supported between instances of '", type_name(a), "' and '", type_name(b), "'"));
+  fail_at(in, pos,
+          str_cat("'<' not supported between instances of '", type_name(a), "' and '", type_name(b), "'"));
 }
 
 List iterate(Interp& in, const Value& v, uint32_t pos) {
   switch (v.kind()) {
-    case Kind::List: return v.items();
+    case Kind::List:
+      return v.items();
     case Kind::Dict: {
       if (v.is_namespace()) break;
       List l;
@@ -562,13 +606,16 @@ List iterate(Interp& in, const Value& v, uint32_t pos) {
       for (char32_t c : utf8_decode(v.str())) l.emplace_back(utf8_encode(std::u32string(1, c)));
       return l;
     }
-    case Kind::Undefined: return {};
-    default: break;
+    case Kind::Undefined:
+      return {};
+    default:
+      break;
   }
   fail_at(in, pos, str_cat("'", type_name(v), "' object is not iterable"));
 }
 
-// ---- tests ---------------------------------------------------------------------------------------------------
+// ---- tests
+// ---------------------------------------------------------------------------------------------------
 
 namespace {
 
@@ -579,7 +626,8 @@ bool num_test(Interp& in, const Value& v, Args& a, int which) {
   if (!o) fail_at(in, a.at, "comparison test needs an argument");
   if (which == 0) return v == *o;
   if (which == 1) return !(v == *o);
-  if (v.is_undefined()) fail_at(in, a.at, v.undefined_hint().empty() ? "undefined value used" : v.undefined_hint());
+  if (v.is_undefined())
+    fail_at(in, a.at, v.undefined_hint().empty() ? "undefined value used" : v.undefined_hint());
   int c = compare(in, v, *o, a.at);
   return which == 2 ? c < 0 : which == 3 ? c <= 0 : which == 4 ? c > 0 : c >= 0;
 }
@@ -608,9 +656,13 @@ const std::unordered_map<std::string, TestFn>& tests() {
       {"callable", [](Interp&, const Value& v, Args&) { return v.is_callable(); }},
       {"escaped", [](Interp&, const Value&, Args&) { return false; }},
       {"lower",
-       [](Interp&, const Value& v, Args&) { return v.is_string() ? py_lower(v.str()) == v.str() : v.to_str() == py_lower(v.to_str()); }},
+       [](Interp&, const Value& v, Args&) {
+         return v.is_string() ? py_lower(v.str()) == v.str() : v.to_str() == py_lower(v.to_str());
+       }},
       {"upper",
-       [](Interp&, const Value& v, Args&) { return v.is_string() ? py_upper(v.str()) == v.str() : v.to_str() == py_upper(v.to_str()); }},
+       [](Interp&, const Value& v, Args&) {
+         return v.is_string() ? py_upper(v.str()) == v.str() : v.to_str() == py_upper(v.to_str());
+       }},
       {"sameas",
        [](Interp& in, const Value& v, Args& a) {
          const Value* o = arg(a, 0, "other");
@@ -665,7 +717,9 @@ std::string test_alias(const std::string& n) {
 
 }  // namespace
 
-bool has_test(const std::string& name) { return tests().count(test_alias(name)) > 0; }
+bool has_test(const std::string& name) {
+  return tests().count(test_alias(name)) > 0;
+}
 
 bool call_test(Interp& in, const std::string& name, const Value& input, Args& args, bool& out) {
   auto it = tests().find(test_alias(name));
@@ -674,7 +728,8 @@ bool call_test(Interp& in, const std::string& name, const Value& input, Args& ar
   return true;
 }
 
-// ---- filters -------------------------------------------------------------------------------------------------
+// ---- filters
+// -------------------------------------------------------------------------------------------------
 
 namespace {
 
@@ -685,8 +740,9 @@ Value attr_path(Interp& in, const Value& v, const Value& path, uint32_t pos) {
   if (path.is_int()) return get_item(in, v, path, pos);
   Value cur = v;
   for (auto& part : py_split(path.to_str(), Value("."), -1)) {
-    bool digits = !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit);
-    cur = get_item(in, cur, digits ? Value(int64_t(std::stoll(part))) : Value(part), pos);
+    bool digits = !part.empty() && part.size() < 18 && std::all_of(part.begin(), part.end(), ::isdigit);
+    cur = get_item(in, cur, digits ? Value(int64_t(std::strtoll(part.c_str(), nullptr, 10))) : Value(part),
+                   pos);
     if (cur.is_undefined()) break;
   }
   return cur;
@@ -716,7 +772,8 @@ List sorted(Interp& in, List items, bool reverse, bool case_sensitive, const Val
 Value select_impl(Interp& in, const Value& seq, Args& a, bool by_attr, bool keep) {
   size_t off = by_attr ? 1 : 0;
   Value attribute = by_attr ? arg_or(a, 0, "attribute", Value()) : Value();
-  if (by_attr && attribute.is_undefined()) fail_at(in, a.at, "selectattr / rejectattr need an attribute name");
+  if (by_attr && attribute.is_undefined())
+    fail_at(in, a.at, "selectattr / rejectattr need an attribute name");
   std::string test;
   Args targs;
   targs.at = a.at;
@@ -741,12 +798,23 @@ std::string html_escape(const std::string& s) {
   std::string o;
   for (char c : s) {
     switch (c) {
-      case '&': o += "&amp;"; break;
-      case '<': o += "&lt;"; break;
-      case '>': o += "&gt;"; break;
-      case '"': o += "&#34;"; break;
-      case '\'': o += "&#39;"; break;
-      default: o += c;
+      case '&':
+        o += "&amp;";
+        break;
+      case '<':
+        o += "&lt;";
+        break;
+      case '>':
+        o += "&gt;";
+        break;
+      case '"':
+        o += "&#34;";
+        break;
+      case '\'':
+        o += "&#39;";
+        break;
+      default:
+        o += c;
     }
   }
   return o;
@@ -793,17 +861,21 @@ const std::unordered_map<std::string, FilterFn>& filters() {
   static const std::unordered_map<std::string, FilterFn> m = {
       {"tojson",
        [](Interp& in, const Value& v, Args& a) -> Value {
-         // transformers' signature: tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)
+         // transformers' signature: tojson(x, ensure_ascii=False, indent=None, separators=None,
+         // sort_keys=False)
          Value ea = arg_or(a, 0, "ensure_ascii", Value(false));
          Value ind = arg_or(a, 1, "indent", Value(nullptr));
          Value seps = arg_or(a, 2, "separators", Value(nullptr));
          Value sk = arg_or(a, 3, "sort_keys", Value(false));
          int indent = -1;
-         if (ind.is_int() || ind.is_bool()) indent = int(std::clamp<int64_t>(ind.get_int(), 0, 1024));
-         else if (!ind.is_none()) fail_at(in, a.at, "tojson: indent must be an integer or None");
+         if (ind.is_int() || ind.is_bool())
+           indent = int(std::clamp<int64_t>(ind.get_int(), 0, 1024));
+         else if (!ind.is_none())
+           fail_at(in, a.at, "tojson: indent must be an integer or None");
          std::string is, ks;
          if (!seps.is_none()) {
-           if (!seps.is_list() || seps.items().size() != 2) fail_at(in, a.at, "tojson: separators must be a pair");
+           if (!seps.is_list() || seps.items().size() != 2)
+             fail_at(in, a.at, "tojson: separators must be a pair");
            is = seps.items()[0].to_str();
            ks = seps.items()[1].to_str();
          }
@@ -815,15 +887,23 @@ const std::unordered_map<std::string, FilterFn>& filters() {
            fail_at(in, a.at, str_cat("tojson: ", e.what()));
          }
        }},
-      {"trim", [](Interp&, const Value& v, Args& a) { return Value(py_strip(v.to_str(), arg_or(a, 0, "chars", Value()), true, true)); }},
+      {"trim",
+       [](Interp&, const Value& v, Args& a) {
+         return Value(py_strip(v.to_str(), arg_or(a, 0, "chars", Value()), true, true));
+       }},
       {"length",
        [](Interp& in, const Value& v, Args& a) -> Value {
          switch (v.kind()) {
-           case Kind::String: return Value(int64_t(py_len(v.str())));
-           case Kind::List: return Value(int64_t(v.items().size()));
-           case Kind::Dict: return Value(int64_t(v.dict_ref().size()));
-           case Kind::Undefined: return Value(int64_t(0));
-           default: fail_at(in, a.at, str_cat("object of type '", type_name(v), "' has no len()"));
+           case Kind::String:
+             return Value(int64_t(py_len(v.str())));
+           case Kind::List:
+             return Value(int64_t(v.items().size()));
+           case Kind::Dict:
+             return Value(int64_t(v.dict_ref().size()));
+           case Kind::Undefined:
+             return Value(int64_t(0));
+           default:
+             fail_at(in, a.at, str_cat("object of type '", type_name(v), "' has no len()"));
          }
        }},
       {"items",
@@ -975,7 +1055,8 @@ const std::unordered_map<std::string, FilterFn>& filters() {
          bool cs = arg_or(a, 0, "case_sensitive", Value(false)).truthy();
          std::string by = arg_or(a, 1, "by", Value("key")).to_str();
          bool rev = arg_or(a, 2, "reverse", Value(false)).truthy();
-         if (by != "key" && by != "value") fail_at(in, a.at, "You can only sort by either \"key\" or \"value\"");
+         if (by != "key" && by != "value")
+           fail_at(in, a.at, "You can only sort by either \"key\" or \"value\"");
          List pairs;
          for (auto& [k, x] : v.dict_ref().entries) pairs.push_back(Value::list({Value(k), x}, true));
          Value idx(int64_t(by == "key" ? 0 : 1));
@@ -984,7 +1065,10 @@ const std::unordered_map<std::string, FilterFn>& filters() {
       {"indent",
        [](Interp& in, const Value& v, Args& a) -> Value {
          Value w = arg_or(a, 0, "width", Value(4));
-         std::string ind = w.is_string() ? w.str() : std::string(size_t(std::clamp<int64_t>(int_arg(in, w, "width", a.at), 0, 4096)), ' ');
+         std::string ind =
+             w.is_string()
+                 ? w.str()
+                 : std::string(size_t(std::clamp<int64_t>(int_arg(in, w, "width", a.at), 0, 4096)), ' ');
          bool first = arg_or(a, 1, "first", Value(false)).truthy();
          bool blank = arg_or(a, 2, "blank", Value(false)).truthy();
          std::string s = v.to_str() + "\n";
@@ -1038,18 +1122,21 @@ const std::unordered_map<std::string, FilterFn>& filters() {
          for (auto& x : iterate(in, v, a.at)) {
            Value y = attribute ? attr_path(in, x, *attribute, a.at) : x;
            if (!acc.is_number() || !y.is_number()) fail_at(in, a.at, "sum needs numbers");
-           acc = acc.is_float() || y.is_float() ? Value(acc.as_double() + y.as_double()) : Value(acc.get_int() + y.get_int());
+           acc = acc.is_float() || y.is_float() ? Value(acc.as_double() + y.as_double())
+                                                : Value(acc.get_int() + y.get_int());
          }
          return acc;
        }},
       {"min",
        [](Interp& in, const Value& v, Args& a) -> Value {
-         List l = sorted(in, iterate(in, v, a.at), false, arg_or(a, 0, "case_sensitive", Value(false)).truthy(), arg(a, 1, "attribute"), a.at);
+         List l = sorted(in, iterate(in, v, a.at), false,
+                         arg_or(a, 0, "case_sensitive", Value(false)).truthy(), arg(a, 1, "attribute"), a.at);
          return l.empty() ? Value::undefined("No aggregated item, sequence was empty.") : l.front();
        }},
       {"max",
        [](Interp& in, const Value& v, Args& a) -> Value {
-         List l = sorted(in, iterate(in, v, a.at), true, arg_or(a, 0, "case_sensitive", Value(false)).truthy(), arg(a, 1, "attribute"), a.at);
+         List l = sorted(in, iterate(in, v, a.at), true,
+                         arg_or(a, 0, "case_sensitive", Value(false)).truthy(), arg(a, 1, "attribute"), a.at);
          return l.empty() ? Value::undefined("No aggregated item, sequence was empty.") : l.front();
        }},
       {"reverse",
@@ -1097,7 +1184,9 @@ std::string filter_alias(const std::string& n) {
 
 }  // namespace
 
-bool has_filter(const std::string& name) { return filters().count(filter_alias(name)) > 0; }
+bool has_filter(const std::string& name) {
+  return filters().count(filter_alias(name)) > 0;
+}
 
 bool call_filter(Interp& in, const std::string& name, const Value& input, Args& args, Value& out) {
   auto it = filters().find(filter_alias(name));
@@ -1106,7 +1195,8 @@ bool call_filter(Interp& in, const std::string& name, const Value& input, Args& 
   return true;
 }
 
-// ---- globals -------------------------------------------------------------------------------------------------
+// ---- globals
+// -------------------------------------------------------------------------------------------------
 
 Value builtin_global(const std::string& name) {
   static const std::unordered_map<std::string, Value> g = [] {
@@ -1114,10 +1204,13 @@ Value builtin_global(const std::string& name) {
     m["range"] = make_fn("range", [](Interp& in, Args& a) -> Value {
       if (a.pos.empty() || a.pos.size() > 3) fail_at(in, a.at, "range expected 1 to 3 arguments");
       for (auto& x : a.pos)
-        if (!x.is_int() && !x.is_bool()) fail_at(in, a.at, str_cat("'", type_name(x), "' object cannot be interpreted as an integer"));
+        if (!x.is_int() && !x.is_bool())
+          fail_at(in, a.at, str_cat("'", type_name(x), "' object cannot be interpreted as an integer"));
       int64_t start = 0, stop, stp = 1;
-      if (a.pos.size() == 1) stop = a.pos[0].get_int();
-      else start = a.pos[0].get_int(), stop = a.pos[1].get_int();
+      if (a.pos.size() == 1)
+        stop = a.pos[0].get_int();
+      else
+        start = a.pos[0].get_int(), stop = a.pos[1].get_int();
       if (a.pos.size() == 3) stp = a.pos[2].get_int();
       if (stp == 0) fail_at(in, a.at, "range() arg 3 must not be zero");
       // Python len(range): ceil((stop - start) / step) when positive
@@ -1153,7 +1246,8 @@ Value builtin_global(const std::string& name) {
       fail_at(in, a.at, str_cat("raise_exception: ", a.pos.empty() ? std::string() : a.pos[0].to_str()));
     });
     m["strftime_now"] = make_fn("strftime_now", [](Interp& in, Args& a) -> Value {
-      if (a.pos.empty() || !a.pos[0].is_string()) fail_at(in, a.at, "strftime_now(format) needs a format string");
+      if (a.pos.empty() || !a.pos[0].is_string())
+        fail_at(in, a.at, "strftime_now(format) needs a format string");
       int64_t now = in_options(in).now;
       std::time_t t = now < 0 ? std::time(nullptr) : std::time_t(now);
       std::tm tm{};

@@ -1,8 +1,8 @@
 // The evaluator of the Jinja interpreter: walks the AST with Python semantics (jinja2's defaults for
 // undefined values and scoping) under the step / output / depth bounds of Options.
-// Scoping as jinja2 compiles it: a for-loop iteration, a macro call and a with block get a new scope; if and set
-// do not (a `set` inside a loop body is gone at the next iteration, one inside an if is not); macros see the
-// template's top-level scope, not their caller's.
+// Scoping as jinja2 compiles it: a for-loop iteration, a macro call and a with block get a new scope; if and
+// set do not (a `set` inside a loop body is gone at the next iteration, one inside an if is not); macros see
+// the template's top-level scope, not their caller's.
 #include <cmath>
 
 #include "core/error.h"
@@ -88,8 +88,12 @@ struct Interp {
 [[noreturn]] void fail_at(const Interp& in, uint32_t pos, const std::string& msg) {
   throw Error(str_cat(in.prog.where(pos), ": ", msg));
 }
-std::string interp_where(const Interp& in, uint32_t pos) { return in.prog.where(pos); }
-const Options& in_options(const Interp& in) { return in.opt; }
+std::string interp_where(const Interp& in, uint32_t pos) {
+  return in.prog.where(pos);
+}
+const Options& in_options(const Interp& in) {
+  return in.opt;
+}
 
 [[noreturn]] void undefined_error(Interp& in, const Value& v, uint32_t pos) {
   const std::string& h = v.undefined_hint();
@@ -100,8 +104,10 @@ Value Interp::eval(const Expr& e, Scope* sc) {
   Guard g(*this, e.pos);
   step(e.pos);
   switch (e.type) {
-    case ExprType::Literal: return e.lit;
-    case ExprType::Name: return lookup(e.name, sc);
+    case ExprType::Literal:
+      return e.lit;
+    case ExprType::Name:
+      return lookup(e.name, sc);
     case ExprType::List:
     case ExprType::Tuple: {
       List l;
@@ -141,11 +147,13 @@ Value Interp::eval(const Expr& e, Scope* sc) {
         return v.get_int();
       };
       bool has_start, has_stop, has_step;
-      int64_t start = bound(e.kids[1], has_start), stop = bound(e.kids[2], has_stop), stp = bound(e.kids[3], has_step);
+      int64_t start = bound(e.kids[1], has_start), stop = bound(e.kids[2], has_stop),
+              stp = bound(e.kids[3], has_step);
       if (!has_step) stp = 1;
       if (stp == 0) fail_at(*this, e.pos, "slice step cannot be zero");
       bool str = obj.is_string();
-      if (!str && !obj.is_list()) fail_at(*this, e.pos, str_cat("'", type_name(obj), "' object is not subscriptable"));
+      if (!str && !obj.is_list())
+        fail_at(*this, e.pos, str_cat("'", type_name(obj), "' object is not subscriptable"));
       std::u32string u;
       bool ascii = str && is_ascii(obj.str());
       if (str && !ascii) u = utf8_decode(obj.str());
@@ -176,8 +184,10 @@ Value Interp::eval(const Expr& e, Scope* sc) {
       for (int64_t k : idx) r.push_back(obj.items()[size_t(k)]);
       return Value::list(std::move(r), obj.is_tuple());
     }
-    case ExprType::Call: return eval_call(e, sc);
-    case ExprType::Filter: return apply_filter(e, eval(*e.kids[0], sc), sc);
+    case ExprType::Call:
+      return eval_call(e, sc);
+    case ExprType::Filter:
+      return apply_filter(e, eval(*e.kids[0], sc), sc);
     case ExprType::Test: {
       Value v = eval(*e.kids[0], sc);
       Args a = eval_args(e.args, sc, e.pos);
@@ -189,13 +199,17 @@ Value Interp::eval(const Expr& e, Scope* sc) {
     case ExprType::Pos: {
       Value v = eval(*e.kids[0], sc);
       if (v.is_undefined()) undefined_error(*this, v, e.pos);
-      if (!v.is_number()) fail_at(*this, e.pos, str_cat("bad operand type for unary ", e.type == ExprType::Neg ? "-" : "+", ": '", type_name(v), "'"));
+      if (!v.is_number())
+        fail_at(*this, e.pos,
+                str_cat("bad operand type for unary ", e.type == ExprType::Neg ? "-" : "+", ": '",
+                        type_name(v), "'"));
       if (e.type == ExprType::Pos) return v.is_bool() ? Value(v.get_int()) : v;
       if (v.is_float()) return Value(-v.get_float());
       if (v.get_int() == INT64_MIN) fail_at(*this, e.pos, "integer overflow");
       return Value(-v.get_int());
     }
-    case ExprType::Not: return Value(!eval(*e.kids[0], sc).truthy());
+    case ExprType::Not:
+      return Value(!eval(*e.kids[0], sc).truthy());
     case ExprType::And: {
       Value l = eval(*e.kids[0], sc);
       return l.truthy() ? eval(*e.kids[1], sc) : l;
@@ -209,7 +223,8 @@ Value Interp::eval(const Expr& e, Scope* sc) {
       if (e.kids.size() > 2) return eval(*e.kids[2], sc);
       return Value::undefined("the inline if expression evaluated to false and no else section was defined");
     }
-    case ExprType::Binary: return eval_binary(e, sc);
+    case ExprType::Binary:
+      return eval_binary(e, sc);
     case ExprType::Compare: {
       Value l = eval(*e.kids[0], sc);
       for (size_t k = 0; k < e.ops.size(); k++) {
@@ -217,10 +232,14 @@ Value Interp::eval(const Expr& e, Scope* sc) {
         const std::string& op = e.ops[k];
         uint32_t pos = e.kids[k + 1]->pos;
         bool ok;
-        if (op == "==") ok = l == r;
-        else if (op == "!=") ok = !(l == r);
-        else if (op == "in") ok = contains(*this, r, l, pos);
-        else if (op == "notin") ok = !contains(*this, r, l, pos);
+        if (op == "==")
+          ok = l == r;
+        else if (op == "!=")
+          ok = !(l == r);
+        else if (op == "in")
+          ok = contains(*this, r, l, pos);
+        else if (op == "notin")
+          ok = !contains(*this, r, l, pos);
         else {
           if (l.is_undefined()) undefined_error(*this, l, pos);
           if (r.is_undefined()) undefined_error(*this, r, pos);
@@ -264,7 +283,9 @@ Value Interp::eval_binary(const Expr& e, Scope* sc) {
   auto type_error = [&]() -> Value {
     if (op == "+" && l.is_string())
       fail_at(*this, pos, str_cat("can only concatenate str (not \"", type_name(r), "\") to str"));
-    fail_at(*this, pos, str_cat("unsupported operand type(s) for ", op, ": '", type_name(l), "' and '", type_name(r), "'"));
+    fail_at(
+        *this, pos,
+        str_cat("unsupported operand type(s) for ", op, ": '", type_name(l), "' and '", type_name(r), "'"));
   };
   if (l.is_number() && r.is_number()) {
     bool fl = l.is_float() || r.is_float();
@@ -374,11 +395,13 @@ Value call_value(Interp& in, const Value& f, Args& args) {
 Value Interp::apply_filter(const Expr& f, Value input, Scope* sc) {
   Args a = eval_args(f.args, sc, f.pos);
   Value out;
-  if (!call_filter(*this, f.name, input, a, out)) fail_at(*this, f.pos, str_cat("no filter named '", f.name, "'"));
+  if (!call_filter(*this, f.name, input, a, out))
+    fail_at(*this, f.pos, str_cat("no filter named '", f.name, "'"));
   return out;
 }
 
-// ---- statements ----------------------------------------------------------------------------------------------
+// ---- statements
+// ----------------------------------------------------------------------------------------------
 
 Flow Interp::exec_body(const Body& b, Scope* sc) {
   for (auto& s : b) {
@@ -409,8 +432,9 @@ void Interp::assign(const std::vector<std::string>& targets, const Value& v, Sco
   }
   List items = iterate(*this, v, pos);
   if (items.size() != targets.size())
-    fail_at(*this, pos, str_cat(items.size() < targets.size() ? "not enough" : "too many", " values to unpack (expected ",
-                                targets.size(), ", got ", items.size(), ")"));
+    fail_at(*this, pos,
+            str_cat(items.size() < targets.size() ? "not enough" : "too many", " values to unpack (expected ",
+                    targets.size(), ", got ", items.size(), ")"));
   for (size_t k = 0; k < targets.size(); k++) sc->set(targets[k], items[k]);
 }
 
@@ -418,19 +442,27 @@ Flow Interp::exec(const Stmt& s, Scope* sc) {
   Guard g(*this, s.pos);
   step(s.pos);
   switch (s.type) {
-    case StmtType::Text: emit(s.text, s.pos); break;
+    case StmtType::Text:
+      emit(s.text, s.pos);
+      break;
     case StmtType::Output: {
       Value v = eval(*s.expr, sc);
-      if (v.is_string()) emit(v.str(), s.pos);
-      else emit(v.to_str(), s.pos);
+      if (v.is_string())
+        emit(v.str(), s.pos);
+      else
+        emit(v.to_str(), s.pos);
       break;
     }
     case StmtType::If:
       for (auto& [cond, body] : s.branches)
         if (eval(*cond, sc).truthy()) return exec_body(body, sc);
       return exec_body(s.else_body, sc);
-    case StmtType::For: exec_for(s, sc); break;
-    case StmtType::Set: assign(s.targets, eval(*s.expr, sc), sc, s.pos); break;
+    case StmtType::For:
+      exec_for(s, sc);
+      break;
+    case StmtType::Set:
+      assign(s.targets, eval(*s.expr, sc), sc, s.pos);
+      break;
     case StmtType::SetAttr: {
       Value obj = eval(*s.cond, sc);
       if (!obj.is_namespace()) fail_at(*this, s.pos, "cannot assign attribute on non-namespace object");
@@ -443,7 +475,9 @@ Flow Interp::exec(const Stmt& s, Scope* sc) {
       sc->set(s.text, v);
       break;
     }
-    case StmtType::Macro: sc->set(s.text, make_macro(s, sc)); break;
+    case StmtType::Macro:
+      sc->set(s.text, make_macro(s, sc));
+      break;
     case StmtType::CallBlock: {
       // caller() renders the block body with the call block's own parameters.
       Value caller = make_macro(s, sc);
@@ -468,7 +502,9 @@ Flow Interp::exec(const Stmt& s, Scope* sc) {
     }
     case StmtType::Break:
     case StmtType::Continue:
-      if (!in_loop) fail_at(*this, s.pos, str_cat("'", s.type == StmtType::Break ? "break" : "continue", "' outside a loop"));
+      if (!in_loop)
+        fail_at(*this, s.pos,
+                str_cat("'", s.type == StmtType::Break ? "break" : "continue", "' outside a loop"));
       return s.type == StmtType::Break ? Flow::Break : Flow::Continue;
   }
   return Flow::Normal;
@@ -500,7 +536,9 @@ void Interp::exec_for(const Stmt& s, Scope* sc) {
   ld.entries.reserve(12);
   ld.set("length", Value(n));
   Value outer_loop = sc ? lookup("loop", sc) : Value();
-  int64_t depth = outer_loop.is_dict() && outer_loop.dict_ref().find("depth") ? outer_loop.dict_ref().find("depth")->get_int() + 1 : 1;
+  int64_t depth = outer_loop.is_dict() && outer_loop.dict_ref().find("depth")
+                      ? outer_loop.dict_ref().find("depth")->get_int() + 1
+                      : 1;
   if (!s.recursive) depth = 1;
   ld.set("depth", Value(depth));
   ld.set("depth0", Value(depth - 1));
@@ -550,8 +588,10 @@ Value Interp::make_macro(const Stmt& s, Scope* sc, const Body* body_override) {
     const auto& params = def->targets;
     List varargs;
     for (size_t k = 0; k < a.pos.size(); k++) {
-      if (k < params.size()) local.set(params[k], a.pos[k]);
-      else varargs.push_back(a.pos[k]);
+      if (k < params.size())
+        local.set(params[k], a.pos[k]);
+      else
+        varargs.push_back(a.pos[k]);
     }
     Dict kwargs;
     for (auto& [n, v] : a.kw) {
@@ -562,16 +602,21 @@ Value Interp::make_macro(const Stmt& s, Scope* sc, const Body* body_override) {
       bool is_param = false;
       for (size_t k = 0; k < params.size(); k++)
         if (params[k] == n) {
-          if (k < a.pos.size()) fail_at(in, a.at, str_cat("macro '", def->text, "' got multiple values for argument '", n, "'"));
+          if (k < a.pos.size())
+            fail_at(in, a.at, str_cat("macro '", def->text, "' got multiple values for argument '", n, "'"));
           is_param = true;
         }
-      if (is_param) local.set(n, v);
-      else kwargs.set(n, v);
+      if (is_param)
+        local.set(n, v);
+      else
+        kwargs.set(n, v);
     }
     for (size_t k = 0; k < params.size(); k++) {
       if (local.find(params[k])) continue;
-      if (k < def->defaults.size() && def->defaults[k]) local.set(params[k], in.eval(*def->defaults[k], &local));
-      else local.set(params[k], Value::undefined("parameter '" + params[k] + "' was not provided"));
+      if (k < def->defaults.size() && def->defaults[k])
+        local.set(params[k], in.eval(*def->defaults[k], &local));
+      else
+        local.set(params[k], Value::undefined("parameter '" + params[k] + "' was not provided"));
     }
     local.set("varargs", Value::list(std::move(varargs), true));
     local.set("kwargs", Value::dict(std::move(kwargs)));
@@ -595,7 +640,8 @@ Value Interp::make_macro(const Stmt& s, Scope* sc, const Body* body_override) {
 
 }  // namespace detail
 
-// ---- Template ------------------------------------------------------------------------------------------------
+// ---- Template
+// ------------------------------------------------------------------------------------------------
 
 Template Template::parse(std::string_view text, std::string name, Options options) {
   Template t;
@@ -603,7 +649,9 @@ Template Template::parse(std::string_view text, std::string name, Options option
   return t;
 }
 
-const std::string& Template::name() const { return prog_->name; }
+const std::string& Template::name() const {
+  return prog_->name;
+}
 
 std::string Template::render(const Value& context) const {
   ZAYA_CHECK(prog_, "render of an unparsed template");

@@ -1,6 +1,6 @@
 // Internals of the Jinja interpreter shared by its files: the AST the parser builds (jinja_parse.cpp), the
-// interpreter state the evaluator walks it with (jinja_eval.cpp), callables, and the Python string helpers the
-// builtins use (jinja_builtins.cpp, jinja_value.cpp). Not a public API.
+// interpreter state the evaluator walks it with (jinja_eval.cpp), callables, and the Python string helpers
+// the builtins use (jinja_builtins.cpp, jinja_value.cpp). Not a public API.
 #pragma once
 
 #include <functional>
@@ -14,7 +14,8 @@ namespace zaya::jinja {
 namespace detail {
 struct Interp;
 }
-// ---- callables ----------------------------------------------------------------------------------------------
+// ---- callables
+// ----------------------------------------------------------------------------------------------
 struct Args {
   std::vector<Value> pos;
   std::vector<std::pair<std::string, Value>> kw;
@@ -33,9 +34,25 @@ struct Callable {
 
 namespace zaya::jinja::detail {
 
-// ---- AST ----------------------------------------------------------------------------------------------------
+// ---- AST
+// ----------------------------------------------------------------------------------------------------
 enum class ExprType : uint8_t {
-  Literal, Name, List, Tuple, Dict, Attr, Item, Slice, Call, Filter, Test, Neg, Pos, Not, And, Or,
+  Literal,
+  Name,
+  List,
+  Tuple,
+  Dict,
+  Attr,
+  Item,
+  Slice,
+  Call,
+  Filter,
+  Test,
+  Neg,
+  Pos,
+  Not,
+  And,
+  Or,
   Binary,   // op: + - * / // % ** ~
   Compare,  // ops: == != < <= > >= in notin (chained)
   Cond,     // kids: then, cond, [else]
@@ -52,17 +69,29 @@ struct CallArgs {
 
 struct Expr {
   ExprType type;
-  uint32_t pos = 0;    // byte offset in the source: errors report line:column
-  std::string name;    // Name / Attr / Filter / Test name, Binary op
-  Value lit;           // Literal
-  std::vector<ExprPtr> kids;  // operands; Slice: target, start, stop, step (null = omitted)
+  uint32_t pos = 0;              // byte offset in the source: errors report line:column
+  std::string name;              // Name / Attr / Filter / Test name, Binary op
+  Value lit;                     // Literal
+  std::vector<ExprPtr> kids;     // operands; Slice: target, start, stop, step (null = omitted)
   std::vector<std::string> ops;  // Compare
-  CallArgs args;       // Call / Filter / Test arguments
-  bool negated = false;  // `is not`
+  CallArgs args;                 // Call / Filter / Test arguments
+  bool negated = false;          // `is not`
 };
 
 enum class StmtType : uint8_t {
-  Text, Output, If, For, Set, SetAttr, SetBlock, Macro, CallBlock, FilterBlock, With, Break, Continue,
+  Text,
+  Output,
+  If,
+  For,
+  Set,
+  SetAttr,
+  SetBlock,
+  Macro,
+  CallBlock,
+  FilterBlock,
+  With,
+  Break,
+  Continue,
 };
 
 struct Stmt;
@@ -72,14 +101,14 @@ using Body = std::vector<StmtPtr>;
 struct Stmt {
   StmtType type;
   uint32_t pos = 0;
-  std::string text;                   // Text; SetAttr attribute; Macro name; SetBlock name
-  std::vector<std::string> targets;   // For / Set names (several = tuple unpacking); Macro / CallBlock params
-  ExprPtr expr;                       // Output / For iterable / Set value / SetAttr value / CallBlock call
-  ExprPtr cond;                       // For `if` filter; SetAttr object
+  std::string text;                  // Text; SetAttr attribute; Macro name; SetBlock name
+  std::vector<std::string> targets;  // For / Set names (several = tuple unpacking); Macro / CallBlock params
+  ExprPtr expr;                      // Output / For iterable / Set value / SetAttr value / CallBlock call
+  ExprPtr cond;                      // For `if` filter; SetAttr object
   std::vector<std::pair<ExprPtr, Body>> branches;  // If / elif
   Body body, else_body;
-  std::vector<ExprPtr> defaults;      // Macro / CallBlock parameter defaults (null = required)
-  std::vector<ExprPtr> filters;       // SetBlock / FilterBlock: Filter exprs applied to the captured text
+  std::vector<ExprPtr> defaults;  // Macro / CallBlock parameter defaults (null = required)
+  std::vector<ExprPtr> filters;   // SetBlock / FilterBlock: Filter exprs applied to the captured text
   std::vector<std::pair<std::string, ExprPtr>> assigns;  // With
   bool recursive = false;
 };
@@ -94,7 +123,8 @@ struct Program {
 
 std::unique_ptr<Program> parse_program(std::string_view text, std::string name, const Options& opt);
 
-// ---- the interpreter (jinja_eval.cpp) -----------------------------------------------------------------------
+// ---- the interpreter (jinja_eval.cpp)
+// -----------------------------------------------------------------------
 [[noreturn]] void fail_at(const Interp& in, uint32_t pos, const std::string& msg);
 std::string interp_where(const Interp& in, uint32_t pos);
 std::string type_name(const Value& v);  // Python type names for messages: str, int, NoneType, ...
@@ -105,7 +135,7 @@ bool call_filter(Interp& in, const std::string& name, const Value& input, Args& 
 bool call_test(Interp& in, const std::string& name, const Value& input, Args& args, bool& out);
 bool has_filter(const std::string& name);
 bool has_test(const std::string& name);
-Value builtin_global(const std::string& name);  // undefined when not a builtin global
+Value builtin_global(const std::string& name);              // undefined when not a builtin global
 Value get_attr(const Value& obj, const std::string& name);  // sandboxed getattr: methods, then dict items
 Value get_item(Interp& in, const Value& obj, const Value& key, uint32_t pos);
 bool contains(Interp& in, const Value& container, const Value& item, uint32_t pos);
@@ -114,7 +144,8 @@ List iterate(Interp& in, const Value& v, uint32_t pos);                 // Pytho
 void check_size(Interp& in, size_t n, uint32_t pos);                    // strings and lists vs the limit
 Value call_value(Interp& in, const Value& f, Args& args);
 
-// ---- Python string helpers (jinja_value.cpp) ---------------------------------------------------------------
+// ---- Python string helpers (jinja_value.cpp)
+// ---------------------------------------------------------------
 std::u32string utf8_decode(std::string_view s);
 std::string utf8_encode(std::u32string_view s);
 bool is_ascii(std::string_view s);

@@ -1,9 +1,9 @@
 // Lexer and parser of the Jinja interpreter: template text -> tokens -> AST (jinja_internal.h).
 // The lexer reproduces jinja2's whitespace rules exactly, because a chat template's output is the model's
-// prompt: `-` strips all whitespace on its side of a tag, trim_blocks drops the first newline after a block or
-// comment tag, lstrip_blocks drops the spaces and tabs before a block or comment tag that starts a line, `+`
-// disables either, and one trailing newline of the template is dropped (keep_trailing_newline=False).
-// The parser follows jinja2's grammar and operator precedence (jinja2/parser.py).
+// prompt: `-` strips all whitespace on its side of a tag, trim_blocks drops the first newline after a block
+// or comment tag, lstrip_blocks drops the spaces and tabs before a block or comment tag that starts a line,
+// `+` disables either, and one trailing newline of the template is dropped (keep_trailing_newline=False). The
+// parser follows jinja2's grammar and operator precedence (jinja2/parser.py).
 #include <algorithm>
 #include <cstring>
 
@@ -15,8 +15,10 @@ namespace zaya::jinja::detail {
 std::string Program::where(uint32_t pos) const {
   size_t line = 1, col = 1;
   for (size_t i = 0; i < pos && i < source.size(); i++) {
-    if (source[i] == '\n') line++, col = 1;
-    else if ((static_cast<unsigned char>(source[i]) & 0xC0) != 0x80) col++;
+    if (source[i] == '\n')
+      line++, col = 1;
+    else if ((static_cast<unsigned char>(source[i]) & 0xC0) != 0x80)
+      col++;
   }
   return str_cat(name, ":", line, ":", col);
 }
@@ -35,21 +37,31 @@ struct Token {
 
 const char* tok_desc(Tok t) {
   switch (t) {
-    case Tok::Data: return "template data";
-    case Tok::VarBegin: return "begin of print statement";
-    case Tok::VarEnd: return "end of print statement";
-    case Tok::BlockBegin: return "begin of statement block";
-    case Tok::BlockEnd: return "end of statement block";
-    case Tok::Name: return "name";
-    case Tok::String: return "string";
-    case Tok::Int: return "integer";
-    case Tok::Float: return "float";
-    case Tok::Op: return "operator";
-    case Tok::End: return "end of template";
+    case Tok::Data:
+      return "template data";
+    case Tok::VarBegin:
+      return "begin of print statement";
+    case Tok::VarEnd:
+      return "end of print statement";
+    case Tok::BlockBegin:
+      return "begin of statement block";
+    case Tok::BlockEnd:
+      return "end of statement block";
+    case Tok::Name:
+      return "name";
+    case Tok::String:
+      return "string";
+    case Tok::Int:
+      return "integer";
+    case Tok::Float:
+      return "float";
+    case Tok::Op:
+      return "operator";
+    case Tok::End:
+      return "end of template";
   }
   return "?";
 }
-
 
 // Python's str.rstrip() / `\s` over UTF-8 (the Unicode spaces chat templates could meet are rare but cheap).
 size_t rstrip_len(std::string_view s) {
@@ -114,7 +126,8 @@ struct Lexer {
     size_t pos = 0, n = src.size();
     while (pos < n) {
       size_t at = src.find('{', pos);
-      while (at != std::string::npos && at + 1 < n && src[at + 1] != '{' && src[at + 1] != '%' && src[at + 1] != '#')
+      while (at != std::string::npos && at + 1 < n && src[at + 1] != '{' && src[at + 1] != '%' &&
+             src[at + 1] != '#')
         at = src.find('{', at + 1);
       if (at == std::string::npos || at + 1 >= n) {
         toks.push_back({Tok::Data, uint32_t(pos), src.substr(pos)});
@@ -148,9 +161,12 @@ struct Lexer {
     if (src.compare(q, 3, "raw") != 0) return false;
     q = skip_space(src, q + 3);
     size_t body;
-    if (src.compare(q, 3, "-%}") == 0) body = skip_space(src, q + 3);
-    else if (src.compare(q, 2, "%}") == 0) body = q + 2;
-    else return false;
+    if (src.compare(q, 3, "-%}") == 0)
+      body = skip_space(src, q + 3);
+    else if (src.compare(q, 2, "%}") == 0)
+      body = q + 2;
+    else
+      return false;
     data_before(text, sign, false);
     for (size_t s = src.find("{%", body); s != std::string::npos; s = src.find("{%", s + 2)) {
       char esign = s + 2 < src.size() && (src[s + 2] == '-' || src[s + 2] == '+') ? src[s + 2] : 0;
@@ -175,7 +191,9 @@ struct Lexer {
     size_t n = src.size();
     while (true) {
       p = skip_space(src, p);
-      if (p >= n) fail(p, is_var ? "unexpected end of template, expected '}}'" : "unexpected end of template, expected '%}'");
+      if (p >= n)
+        fail(p, is_var ? "unexpected end of template, expected '}}'"
+                       : "unexpected end of template, expected '%}'");
       if (balance.empty()) {
         if (is_var) {
           if (src.compare(p, 3, "-}}") == 0) {
@@ -216,13 +234,15 @@ struct Lexer {
         for (const char* t : two)
           if (src.compare(p, 2, t) == 0) op = t;
         if (op.empty()) {
-          if (!std::strchr("+-/*%~[](){}<>=.:|,;", c)) fail(p, str_cat("unexpected char '", std::string(1, c), "'"));
+          if (!std::strchr("+-/*%~[](){}<>=.:|,;", c))
+            fail(p, str_cat("unexpected char '", std::string(1, c), "'"));
           op = std::string(1, c);
         }
         if (c == '(' || c == '[' || c == '{') balance += c == '(' ? ')' : c == '[' ? ']' : '}';
         if (op.size() == 1 && (c == ')' || c == ']' || c == '}')) {
           if (balance.empty()) fail(p, str_cat("unexpected '", op, "'"));
-          if (balance.back() != c) fail(p, str_cat("unexpected '", op, "', expected '", std::string(1, balance.back()), "'"));
+          if (balance.back() != c)
+            fail(p, str_cat("unexpected '", op, "', expected '", std::string(1, balance.back()), "'"));
           balance.pop_back();
         }
         toks.push_back({Tok::Op, uint32_t(p), op});
@@ -235,8 +255,9 @@ struct Lexer {
     size_t n = src.size(), s = p;
     auto digits = [&](size_t q) {
       size_t st = q;
-      while (q < n && (std::isdigit(static_cast<unsigned char>(src[q])) ||
-                       (src[q] == '_' && q > st && q + 1 < n && std::isdigit(static_cast<unsigned char>(src[q + 1])))))
+      while (q < n &&
+             (std::isdigit(static_cast<unsigned char>(src[q])) ||
+              (src[q] == '_' && q > st && q + 1 < n && std::isdigit(static_cast<unsigned char>(src[q + 1])))))
         q++;
       return q;
     };
@@ -303,26 +324,53 @@ struct Lexer {
       auto hex = [&](int count) {
         uint32_t v = 0;
         for (int k = 0; k < count; k++) {
-          if (i >= n || !std::isxdigit(static_cast<unsigned char>(src[i]))) fail(i, "truncated \\x / \\u escape in string");
+          if (i >= n || !std::isxdigit(static_cast<unsigned char>(src[i])))
+            fail(i, "truncated \\x / \\u escape in string");
           char h = src[i++];
-          v = v * 16 + uint32_t(std::isdigit(static_cast<unsigned char>(h)) ? h - '0' : std::tolower(h) - 'a' + 10);
+          v = v * 16 +
+              uint32_t(std::isdigit(static_cast<unsigned char>(h)) ? h - '0' : std::tolower(h) - 'a' + 10);
         }
         return v;
       };
       switch (e) {
-        case '\n': break;  // line continuation
-        case '\\': out += '\\'; break;
-        case '\'': out += '\''; break;
-        case '"': out += '"'; break;
-        case 'a': out += '\a'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
-        case 'v': out += '\v'; break;
-        case 'x': out += utf8_encode(std::u32string(1, char32_t(hex(2)))); break;
-        case 'u': out += utf8_encode(std::u32string(1, char32_t(hex(4)))); break;
+        case '\n':
+          break;  // line continuation
+        case '\\':
+          out += '\\';
+          break;
+        case '\'':
+          out += '\'';
+          break;
+        case '"':
+          out += '"';
+          break;
+        case 'a':
+          out += '\a';
+          break;
+        case 'b':
+          out += '\b';
+          break;
+        case 'f':
+          out += '\f';
+          break;
+        case 'n':
+          out += '\n';
+          break;
+        case 'r':
+          out += '\r';
+          break;
+        case 't':
+          out += '\t';
+          break;
+        case 'v':
+          out += '\v';
+          break;
+        case 'x':
+          out += utf8_encode(std::u32string(1, char32_t(hex(2))));
+          break;
+        case 'u':
+          out += utf8_encode(std::u32string(1, char32_t(hex(4))));
+          break;
         case 'U': {
           uint32_t v = hex(8);
           if (v > 0x10FFFF) fail(p, "illegal Unicode character in string");
@@ -332,7 +380,8 @@ struct Lexer {
         default:
           if (e >= '0' && e <= '7') {
             uint32_t v = uint32_t(e - '0');
-            for (int k = 0; k < 2 && i < n && src[i] >= '0' && src[i] <= '7'; k++) v = v * 8 + uint32_t(src[i++] - '0');
+            for (int k = 0; k < 2 && i < n && src[i] >= '0' && src[i] <= '7'; k++)
+              v = v * 8 + uint32_t(src[i++] - '0');
             out += utf8_encode(std::u32string(1, char32_t(v)));
           } else {
             out += '\\';
@@ -345,9 +394,11 @@ struct Lexer {
   }
 };
 
-// ---- parser -------------------------------------------------------------------------------------------------
+// ---- parser
+// -------------------------------------------------------------------------------------------------
 
-constexpr int kMaxNesting = 200;  // expression / block nesting: deeper input is an error, not a stack overflow
+constexpr int kMaxNesting =
+    200;  // expression / block nesting: deeper input is an error, not a stack overflow
 
 struct Parser {
   const Program& prog;
@@ -358,7 +409,8 @@ struct Parser {
   struct Nest {
     Parser& p;
     explicit Nest(Parser& pp) : p(pp) {
-      if (++p.depth > kMaxNesting) p.fail(p.cur().pos, str_cat("nesting deeper than ", kMaxNesting, " levels"));
+      if (++p.depth > kMaxNesting)
+        p.fail(p.cur().pos, str_cat("nesting deeper than ", kMaxNesting, " levels"));
     }
     ~Nest() { p.depth--; }
   };
@@ -612,7 +664,8 @@ struct Parser {
         trailing_comma = true;
       }
       if (is_op(")") || cur().type == Tok::BlockEnd || cur().type == Tok::VarEnd ||
-          (cur().type == Tok::Name && (cur().text == "in" || cur().text == "if" || cur().text == "recursive")))
+          (cur().type == Tok::Name &&
+           (cur().text == "in" || cur().text == "if" || cur().text == "recursive")))
         break;
       if (simplified) {
         auto n = mk(ExprType::Name, cur().pos);
@@ -624,7 +677,8 @@ struct Parser {
       trailing_comma = false;
     }
     if (items.size() == 1 && !trailing_comma) return std::move(items[0]);
-    if (items.empty() && !explicit_parens) fail(pos, str_cat("expected an expression, got ", describe(cur())));
+    if (items.empty() && !explicit_parens)
+      fail(pos, str_cat("expected an expression, got ", describe(cur())));
     auto t = mk(ExprType::Tuple, pos);
     t->kids = std::move(items);
     return t;
@@ -651,7 +705,7 @@ struct Parser {
       } else if (is_op("[")) {
         e = parse_subscript(std::move(e));
       } else if (is_op("(")) {
-        auto n = mk(ExprType::Call, cur().pos);
+        auto n = mk(ExprType::Call, e->pos);  // errors point at the callee
         n->kids.push_back(std::move(e));
         parse_call_args(n->args);
         e = std::move(n);
@@ -726,7 +780,7 @@ struct Parser {
       } else if (is_name("is")) {
         e = parse_test(std::move(e));
       } else if (is_op("(")) {
-        auto n = mk(ExprType::Call, cur().pos);
+        auto n = mk(ExprType::Call, e->pos);  // errors point at the callee
         n->kids.push_back(std::move(e));
         parse_call_args(n->args);
         e = std::move(n);
@@ -860,7 +914,8 @@ struct Parser {
     } else if (tag == "for") {
       s->type = StmtType::For;
       ExprPtr target = parse_tuple(true, false, true);
-      if (target->type == ExprType::Name) s->targets.push_back(target->name);
+      if (target->type == ExprType::Name)
+        s->targets.push_back(target->name);
       else
         for (auto& k : target->kids) s->targets.push_back(k->name);
       if (!is_name("in")) fail(cur().pos, str_cat("expected 'in', got ", describe(cur())));
@@ -884,7 +939,8 @@ struct Parser {
       end_tag("endfor");
     } else if (tag == "set") {
       // set NAME = expr | set NAME.ATTR = expr | set A, B = expr | set NAME %}...{% endset
-      if (cur().type == Tok::Name && peek().type == Tok::Op && peek().text == "." && peek(2).type == Tok::Name) {
+      if (cur().type == Tok::Name && peek().type == Tok::Op && peek().text == "." &&
+          peek(2).type == Tok::Name) {
         s->type = StmtType::SetAttr;
         auto obj = mk(ExprType::Name, cur().pos);
         obj->name = toks[i].text;
@@ -896,7 +952,8 @@ struct Parser {
         expect_block_end();
       } else {
         ExprPtr target = parse_tuple(true, false, true);
-        if (target->type == ExprType::Name) s->targets.push_back(target->name);
+        if (target->type == ExprType::Name)
+          s->targets.push_back(target->name);
         else
           for (auto& k : target->kids) s->targets.push_back(k->name);
         if (is_op("=")) {
@@ -980,7 +1037,8 @@ struct Parser {
         i++;
         s.defaults.push_back(parse_expression());
       } else {
-        if (!s.defaults.empty() && s.defaults.back()) fail(cur().pos, "non-default argument follows default argument");
+        if (!s.defaults.empty() && s.defaults.back())
+          fail(cur().pos, "non-default argument follows default argument");
         s.defaults.push_back(nullptr);
       }
     }

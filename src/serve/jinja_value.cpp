@@ -36,7 +36,9 @@ Value Value::dict(Dict d) {
   v.d_ = std::make_shared<Dict>(std::move(d));
   return v;
 }
-Value Value::dict() { return dict(Dict{}); }
+Value Value::dict() {
+  return dict(Dict{});
+}
 Value Value::namespace_(Dict d) {
   Value v = dict(std::move(d));
   v.flag_ = true;
@@ -53,15 +55,20 @@ namespace {
 template <typename J>
 Value value_from_json(const J& j) {
   switch (j.type()) {
-    case nlohmann::detail::value_t::null: return Value(nullptr);
-    case nlohmann::detail::value_t::boolean: return Value(j.template get<bool>());
-    case nlohmann::detail::value_t::number_integer: return Value(j.template get<int64_t>());
+    case nlohmann::detail::value_t::null:
+      return Value(nullptr);
+    case nlohmann::detail::value_t::boolean:
+      return Value(j.template get<bool>());
+    case nlohmann::detail::value_t::number_integer:
+      return Value(j.template get<int64_t>());
     case nlohmann::detail::value_t::number_unsigned: {
       uint64_t u = j.template get<uint64_t>();
       return u <= uint64_t(INT64_MAX) ? Value(int64_t(u)) : Value(double(u));
     }
-    case nlohmann::detail::value_t::number_float: return Value(j.template get<double>());
-    case nlohmann::detail::value_t::string: return Value(j.template get<std::string>());
+    case nlohmann::detail::value_t::number_float:
+      return Value(j.template get<double>());
+    case nlohmann::detail::value_t::string:
+      return Value(j.template get<std::string>());
     case nlohmann::detail::value_t::array: {
       List l;
       l.reserve(j.size());
@@ -71,43 +78,66 @@ Value value_from_json(const J& j) {
     case nlohmann::detail::value_t::object: {
       Dict d;
       d.entries.reserve(j.size());
-      for (auto it = j.begin(); it != j.end(); ++it) d.entries.emplace_back(it.key(), value_from_json(it.value()));
+      for (auto it = j.begin(); it != j.end(); ++it)
+        d.entries.emplace_back(it.key(), value_from_json(it.value()));
       return Value::dict(std::move(d));
     }
-    default: return Value();
+    default:
+      return Value();
   }
 }
 
 }  // namespace
 
-Value Value::from_json(const nlohmann::json& j) { return value_from_json(j); }
-Value Value::from_json(const nlohmann::ordered_json& j) { return value_from_json(j); }
+Value Value::from_json(const nlohmann::json& j) {
+  return value_from_json(j);
+}
+Value Value::from_json(const nlohmann::ordered_json& j) {
+  return value_from_json(j);
+}
 
-const std::string& Value::str() const { return kind_ == Kind::String && s_ ? *s_ : kEmpty; }
-const std::string& Value::undefined_hint() const { return kind_ == Kind::Undefined && s_ ? *s_ : kEmpty; }
+const std::string& Value::str() const {
+  return kind_ == Kind::String && s_ ? *s_ : kEmpty;
+}
+const std::string& Value::undefined_hint() const {
+  return kind_ == Kind::Undefined && s_ ? *s_ : kEmpty;
+}
 const List& Value::items() const {
   static const List empty;
   return l_ ? *l_ : empty;
 }
-List& Value::items_mut() const { return *l_; }
+List& Value::items_mut() const {
+  return *l_;
+}
 const Dict& Value::dict_ref() const {
   static const Dict empty;
   return d_ ? *d_ : empty;
 }
-Dict& Value::dict_mut() const { return *d_; }
-const Callable& Value::fn() const { return *c_; }
+Dict& Value::dict_mut() const {
+  return *d_;
+}
+const Callable& Value::fn() const {
+  return *c_;
+}
 
 bool Value::truthy() const {
   switch (kind_) {
     case Kind::Undefined:
-    case Kind::None: return false;
+    case Kind::None:
+      return false;
     case Kind::Bool:
-    case Kind::Int: return i_ != 0;
-    case Kind::Float: return f_ != 0.0;
-    case Kind::String: return !str().empty();
-    case Kind::List: return !items().empty();
-    case Kind::Dict: return flag_ || dict_ref().size() > 0;  // a namespace object is always true
-    case Kind::Callable: return true;
+    case Kind::Int:
+      return i_ != 0;
+    case Kind::Float:
+      return f_ != 0.0;
+    case Kind::String:
+      return !str().empty();
+    case Kind::List:
+      return !items().empty();
+    case Kind::Dict:
+      return flag_ || dict_ref().size() > 0;  // a namespace object is always true
+    case Kind::Callable:
+      return true;
   }
   return false;
 }
@@ -116,14 +146,22 @@ bool Value::same_object(const Value& o) const {
   if (kind_ != o.kind_) return false;
   switch (kind_) {
     case Kind::Undefined:
-    case Kind::None: return true;
-    case Kind::Bool: return i_ == o.i_;
-    case Kind::Int: return i_ == o.i_ && i_ >= -5 && i_ <= 256;  // CPython's small-int cache
-    case Kind::Float: return false;
-    case Kind::String: return s_ == o.s_;
-    case Kind::List: return l_ == o.l_;
-    case Kind::Dict: return d_ == o.d_;
-    case Kind::Callable: return c_ == o.c_;
+    case Kind::None:
+      return true;
+    case Kind::Bool:
+      return i_ == o.i_;
+    case Kind::Int:
+      return i_ == o.i_ && i_ >= -5 && i_ <= 256;  // CPython's small-int cache
+    case Kind::Float:
+      return false;
+    case Kind::String:
+      return s_ == o.s_;
+    case Kind::List:
+      return l_ == o.l_;
+    case Kind::Dict:
+      return d_ == o.d_;
+    case Kind::Callable:
+      return c_ == o.c_;
   }
   return false;
 }
@@ -139,8 +177,10 @@ Value* Dict::find(std::string_view key) {
   return nullptr;
 }
 void Dict::set(const std::string& key, Value v) {
-  if (Value* p = find(key)) *p = std::move(v);
-  else entries.emplace_back(key, std::move(v));
+  if (Value* p = find(key))
+    *p = std::move(v);
+  else
+    entries.emplace_back(key, std::move(v));
 }
 
 bool operator==(const Value& a, const Value& b) {
@@ -151,8 +191,10 @@ bool operator==(const Value& a, const Value& b) {
   if (a.kind() != b.kind()) return false;
   switch (a.kind()) {
     case Kind::Undefined:
-    case Kind::None: return true;
-    case Kind::String: return a.str() == b.str();
+    case Kind::None:
+      return true;
+    case Kind::String:
+      return a.str() == b.str();
     case Kind::List: {
       if (a.is_tuple() != b.is_tuple()) return false;  // Python: (1,) != [1]
       auto &x = a.items(), &y = b.items();
@@ -171,12 +213,15 @@ bool operator==(const Value& a, const Value& b) {
       }
       return true;
     }
-    case Kind::Callable: return a.same_object(b);
-    default: return false;
+    case Kind::Callable:
+      return a.same_object(b);
+    default:
+      return false;
   }
 }
 
-// ---- Python formatting ---------------------------------------------------------------------------------------
+// ---- Python formatting
+// ---------------------------------------------------------------------------------------
 
 std::string python_float_repr(double d) {
   if (std::isnan(d)) return "nan";
@@ -215,20 +260,36 @@ void repr_to(const Value& v, std::string& out);
 
 void str_to(const Value& v, std::string& out) {
   switch (v.kind()) {
-    case Kind::Undefined: return;
-    case Kind::None: out += "None"; return;
-    case Kind::Bool: out += v.get_bool() ? "True" : "False"; return;
-    case Kind::Int: out += std::to_string(v.get_int()); return;
-    case Kind::Float: out += python_float_repr(v.get_float()); return;
-    case Kind::String: out += v.str(); return;
-    default: repr_to(v, out);
+    case Kind::Undefined:
+      return;
+    case Kind::None:
+      out += "None";
+      return;
+    case Kind::Bool:
+      out += v.get_bool() ? "True" : "False";
+      return;
+    case Kind::Int:
+      out += std::to_string(v.get_int());
+      return;
+    case Kind::Float:
+      out += python_float_repr(v.get_float());
+      return;
+    case Kind::String:
+      out += v.str();
+      return;
+    default:
+      repr_to(v, out);
   }
 }
 
 void repr_to(const Value& v, std::string& out) {
   switch (v.kind()) {
-    case Kind::Undefined: out += "Undefined"; return;
-    case Kind::String: out += py_repr_str(v.str()); return;
+    case Kind::Undefined:
+      out += "Undefined";
+      return;
+    case Kind::String:
+      out += py_repr_str(v.str());
+      return;
     case Kind::List: {
       out += v.is_tuple() ? '(' : '[';
       bool first = true;
@@ -258,8 +319,11 @@ void repr_to(const Value& v, std::string& out) {
       out += v.is_namespace() ? "}>" : "}";
       return;
     }
-    case Kind::Callable: out += "<function " + v.fn().name + ">"; return;
-    default: str_to(v, out);
+    case Kind::Callable:
+      out += "<function " + v.fn().name + ">";
+      return;
+    default:
+      str_to(v, out);
   }
 }
 }  // namespace
@@ -278,11 +342,16 @@ std::string Value::repr() const {
 
 nlohmann::json Value::to_json() const {
   switch (kind_) {
-    case Kind::None: return nullptr;
-    case Kind::Bool: return get_bool();
-    case Kind::Int: return i_;
-    case Kind::Float: return f_;
-    case Kind::String: return str();
+    case Kind::None:
+      return nullptr;
+    case Kind::Bool:
+      return get_bool();
+    case Kind::Int:
+      return i_;
+    case Kind::Float:
+      return f_;
+    case Kind::String:
+      return str();
     case Kind::List: {
       auto j = nlohmann::json::array();
       for (auto& e : items()) j.push_back(e.to_json());
@@ -293,12 +362,14 @@ nlohmann::json Value::to_json() const {
       for (auto& [k, e] : dict_ref().entries) j[k] = e.to_json();
       return j;
     }
-    default: ZAYA_CHECK(false, "a ", kind_ == Kind::Undefined ? "undefined value" : "function", " has no JSON form");
+    default:
+      ZAYA_CHECK(false, "a ", kind_ == Kind::Undefined ? "undefined value" : "function", " has no JSON form");
   }
   return nullptr;
 }
 
-// ---- json.dumps ----------------------------------------------------------------------------------------------
+// ---- json.dumps
+// ----------------------------------------------------------------------------------------------
 
 namespace {
 void json_string(std::string_view s, bool ensure_ascii, std::string& out) {
@@ -306,13 +377,27 @@ void json_string(std::string_view s, bool ensure_ascii, std::string& out) {
   for (size_t i = 0; i < s.size(); i++) {
     unsigned char c = s[i];
     switch (c) {
-      case '"': out += "\\\""; continue;
-      case '\\': out += "\\\\"; continue;
-      case '\n': out += "\\n"; continue;
-      case '\r': out += "\\r"; continue;
-      case '\t': out += "\\t"; continue;
-      case '\b': out += "\\b"; continue;
-      case '\f': out += "\\f"; continue;
+      case '"':
+        out += "\\\"";
+        continue;
+      case '\\':
+        out += "\\\\";
+        continue;
+      case '\n':
+        out += "\\n";
+        continue;
+      case '\r':
+        out += "\\r";
+        continue;
+      case '\t':
+        out += "\\t";
+        continue;
+      case '\b':
+        out += "\\b";
+        continue;
+      case '\f':
+        out += "\\f";
+        continue;
     }
     if (c < 0x20) {
       char b[8];
@@ -327,7 +412,8 @@ void json_string(std::string_view s, bool ensure_ascii, std::string& out) {
         char b[16];
         if (u >= 0x10000) {
           u -= 0x10000;
-          std::snprintf(b, sizeof b, "\\u%04x\\u%04x", unsigned(0xD800 + (u >> 10)), unsigned(0xDC00 + (u & 0x3FF)));
+          std::snprintf(b, sizeof b, "\\u%04x\\u%04x", unsigned(0xD800 + (u >> 10)),
+                        unsigned(0xDC00 + (u & 0x3FF)));
         } else {
           std::snprintf(b, sizeof b, "\\u%04x", unsigned(u));
         }
@@ -353,17 +439,28 @@ struct Dumper {
   }
   void dump(const Value& v, int level) {
     switch (v.kind()) {
-      case Kind::None: out += "null"; return;
-      case Kind::Bool: out += v.get_bool() ? "true" : "false"; return;
-      case Kind::Int: out += std::to_string(v.get_int()); return;
+      case Kind::None:
+        out += "null";
+        return;
+      case Kind::Bool:
+        out += v.get_bool() ? "true" : "false";
+        return;
+      case Kind::Int:
+        out += std::to_string(v.get_int());
+        return;
       case Kind::Float: {
         double d = v.get_float();
-        if (std::isnan(d)) out += "NaN";
-        else if (std::isinf(d)) out += d > 0 ? "Infinity" : "-Infinity";
-        else out += python_float_repr(d);
+        if (std::isnan(d))
+          out += "NaN";
+        else if (std::isinf(d))
+          out += d > 0 ? "Infinity" : "-Infinity";
+        else
+          out += python_float_repr(d);
         return;
       }
-      case Kind::String: json_string(v.str(), ensure_ascii, out); return;
+      case Kind::String:
+        json_string(v.str(), ensure_ascii, out);
+        return;
       case Kind::List: {
         auto& l = v.items();
         if (l.empty()) {
@@ -384,7 +481,8 @@ struct Dumper {
         if (v.is_namespace()) throw Error("Object of type Namespace is not JSON serializable");
         std::vector<const std::pair<std::string, Value>*> es;
         for (auto& e : v.dict_ref().entries) es.push_back(&e);
-        if (sort_keys) std::stable_sort(es.begin(), es.end(), [](auto* a, auto* b) { return a->first < b->first; });
+        if (sort_keys)
+          std::stable_sort(es.begin(), es.end(), [](auto* a, auto* b) { return a->first < b->first; });
         if (es.empty()) {
           out += "{}";
           return;
@@ -401,15 +499,17 @@ struct Dumper {
         out += '}';
         return;
       }
-      case Kind::Undefined: throw Error("Object of type Undefined is not JSON serializable");
-      case Kind::Callable: throw Error("Object of type function is not JSON serializable");
+      case Kind::Undefined:
+        throw Error("Object of type Undefined is not JSON serializable");
+      case Kind::Callable:
+        throw Error("Object of type function is not JSON serializable");
     }
   }
 };
 }  // namespace
 
-std::string json_dumps(const Value& v, int indent, bool ensure_ascii, std::string item_sep, std::string key_sep,
-                       bool sort_keys) {
+std::string json_dumps(const Value& v, int indent, bool ensure_ascii, std::string item_sep,
+                       std::string key_sep, bool sort_keys) {
   if (item_sep.empty() && key_sep.empty()) {
     item_sep = indent >= 0 ? "," : ", ";
     key_sep = ": ";
@@ -419,7 +519,8 @@ std::string json_dumps(const Value& v, int indent, bool ensure_ascii, std::strin
   return std::move(d.out);
 }
 
-// ---- code-point helpers --------------------------------------------------------------------------------------
+// ---- code-point helpers
+// --------------------------------------------------------------------------------------
 
 namespace detail {
 
@@ -430,12 +531,18 @@ std::u32string utf8_decode(std::string_view s) {
     unsigned char c = s[i];
     char32_t cp;
     size_t n;
-    if (c < 0x80) cp = c, n = 1;
-    else if ((c >> 5) == 6) cp = c & 0x1F, n = 2;
-    else if ((c >> 4) == 14) cp = c & 0x0F, n = 3;
-    else if ((c >> 3) == 30) cp = c & 0x07, n = 4;
-    else cp = 0xFFFD, n = 1;  // invalid lead byte
-    if (i + n > s.size()) cp = 0xFFFD, n = s.size() - i;
+    if (c < 0x80)
+      cp = c, n = 1;
+    else if ((c >> 5) == 6)
+      cp = c & 0x1F, n = 2;
+    else if ((c >> 4) == 14)
+      cp = c & 0x0F, n = 3;
+    else if ((c >> 3) == 30)
+      cp = c & 0x07, n = 4;
+    else
+      cp = 0xFFFD, n = 1;  // invalid lead byte
+    if (i + n > s.size())
+      cp = 0xFFFD, n = s.size() - i;
     else
       for (size_t k = 1; k < n; k++) {
         unsigned char cc = s[i + k];
@@ -455,13 +562,15 @@ std::string utf8_encode(std::u32string_view s) {
   std::string out;
   out.reserve(s.size());
   for (char32_t c : s) {
-    if (c < 0x80) out += char(c);
-    else if (c < 0x800) out += char(0xC0 | (c >> 6)), out += char(0x80 | (c & 0x3F));
+    if (c < 0x80)
+      out += char(c);
+    else if (c < 0x800)
+      out += char(0xC0 | (c >> 6)), out += char(0x80 | (c & 0x3F));
     else if (c < 0x10000)
       out += char(0xE0 | (c >> 12)), out += char(0x80 | ((c >> 6) & 0x3F)), out += char(0x80 | (c & 0x3F));
     else
-      out += char(0xF0 | (c >> 18)), out += char(0x80 | ((c >> 12) & 0x3F)), out += char(0x80 | ((c >> 6) & 0x3F)),
-          out += char(0x80 | (c & 0x3F));
+      out += char(0xF0 | (c >> 18)), out += char(0x80 | ((c >> 12) & 0x3F)),
+          out += char(0x80 | ((c >> 6) & 0x3F)), out += char(0x80 | (c & 0x3F));
   }
   return out;
 }
@@ -480,7 +589,8 @@ size_t py_len(std::string_view s) {
 
 bool py_isspace(char32_t c) {
   return (c >= 9 && c <= 13) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
+         c == 0x3000;
 }
 
 std::string py_strip(std::string_view s, const Value& chars, bool left, bool right) {
@@ -523,15 +633,20 @@ std::string py_repr_str(std::string_view s) {
   char q = has_sq && !has_dq ? '"' : '\'';
   std::string out(1, q);
   for (unsigned char c : s) {
-    if (c == q || c == '\\') out += '\\', out += char(c);
-    else if (c == '\n') out += "\\n";
-    else if (c == '\r') out += "\\r";
-    else if (c == '\t') out += "\\t";
+    if (c == q || c == '\\')
+      out += '\\', out += char(c);
+    else if (c == '\n')
+      out += "\\n";
+    else if (c == '\r')
+      out += "\\r";
+    else if (c == '\t')
+      out += "\\t";
     else if (c < 0x20 || c == 0x7F) {
       char b[8];
       std::snprintf(b, sizeof b, "\\x%02x", c);
       out += b;
-    } else out += char(c);
+    } else
+      out += char(c);
   }
   out += q;
   return out;
