@@ -79,10 +79,15 @@ class Value {
   std::string repr() const;        // Python repr()
   nlohmann::json to_json() const;  // errors on undefined and callables
   bool same_object(const Value& o) const;  // Python `is`
+  bool contains_namespace() const;
+  int nesting() const { return depth_; }  // list / dict nesting when built (0 for scalars)
+  // Values nest at most this deep: printing, comparing, dumping and freeing them recurse.
+  static constexpr int kMaxNesting = 256;
 
  private:
   Kind kind_ = Kind::Undefined;
   bool flag_ = false;  // tuple (List) / namespace (Dict)
+  uint16_t depth_ = 0;
   int64_t i_ = 0;
   double f_ = 0;
   std::shared_ptr<const std::string> s_;  // string, or the undefined hint

@@ -466,7 +466,12 @@ Flow Interp::exec(const Stmt& s, Scope* sc) {
     case StmtType::SetAttr: {
       Value obj = eval(*s.cond, sc);
       if (!obj.is_namespace()) fail_at(*this, s.pos, "cannot assign attribute on non-namespace object");
-      obj.dict_mut().set(s.text, eval(*s.expr, sc));
+      Value v = eval(*s.expr, sc);
+      // No namespace inside a namespace: that keeps values acyclic and their depth bounded (jinja2 allows it;
+      // chat templates store counters, flags, strings and lists in namespaces).
+      if (v.contains_namespace())
+        fail_at(*this, s.pos, "a namespace attribute cannot hold a namespace object");
+      obj.dict_mut().set(s.text, std::move(v));
       break;
     }
     case StmtType::SetBlock: {

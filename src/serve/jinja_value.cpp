@@ -23,8 +23,21 @@ Value Value::undefined(std::string hint) {
   if (!hint.empty()) v.s_ = std::make_shared<const std::string>(std::move(hint));
   return v;
 }
+namespace {
+// 1 + the deepest child. A namespace attribute set later is not counted, but it cannot hold a namespace
+// (jinja_eval.cpp), so a value's true depth stays below twice the limit: no recursion over values overflows.
+uint16_t nest_depth(int child_max) {
+  if (child_max + 1 > Value::kMaxNesting)
+    throw Error(str_cat("value nested deeper than ", Value::kMaxNesting, " levels"));
+  return uint16_t(child_max + 1);
+}
+}  // namespace
+
 Value Value::list(List items, bool tuple) {
   Value v;
+  int m = 0;
+  for (auto& e : items) m = std::max(m, e.nesting());
+  v.depth_ = nest_depth(m);
   v.kind_ = Kind::List;
   v.flag_ = tuple;
   v.l_ = std::make_shared<List>(std::move(items));
@@ -32,6 +45,9 @@ Value Value::list(List items, bool tuple) {
 }
 Value Value::dict(Dict d) {
   Value v;
+  int m = 0;
+  for (auto& e : d.entries) m = std::max(m, e.second.nesting());
+  v.depth_ = nest_depth(m);
   v.kind_ = Kind::Dict;
   v.d_ = std::make_shared<Dict>(std::move(d));
   return v;
@@ -139,6 +155,17 @@ bool Value::truthy() const {
     case Kind::Callable:
       return true;
   }
+  return false;
+}
+
+bool Value::contains_namespace() const {
+  if (is_namespace()) return true;
+  if (kind_ == Kind::List)
+    for (auto& e : items())
+      if (e.contains_namespace()) return true;
+  if (kind_ == Kind::Dict)
+    for (auto& e : dict_ref().entries)
+      if (e.second.contains_namespace()) return true;
   return false;
 }
 
@@ -358,6 +385,7 @@ nlohmann::json Value::to_json() const {
       return j;
     }
     case Kind::Dict: {
+      ZAYA_CHECK(!flag_, "a namespace object has no JSON form");
       auto j = nlohmann::json::object();
       for (auto& [k, e] : dict_ref().entries) j[k] = e.to_json();
       return j;
