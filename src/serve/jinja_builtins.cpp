@@ -504,7 +504,7 @@ Value get_attr(const Value& obj, const std::string& name) {
     default:
       break;
   }
-  return Value::undefined("'" + type_name(obj) + " object' has no attribute '" + name + "'");
+  return Value::undefined(str_cat("'", type_name(obj), " object' has no attribute '", name, "'"));
 }
 
 Value get_item(Interp& in, const Value& obj, const Value& key, uint32_t pos) {
@@ -675,7 +675,7 @@ const std::unordered_map<std::string, TestFn>& tests() {
          if (!o || !o->is_number() || !v.is_number()) fail_at(in, a.at, "divisibleby needs two numbers");
          if (o->as_double() == 0) fail_at(in, a.at, "integer division or modulo by zero");
          if (v.is_float() || o->is_float()) return std::fmod(v.as_double(), o->as_double()) == 0;
-         return v.get_int() % o->get_int() == 0;
+         return o->get_int() == -1 || v.get_int() % o->get_int() == 0;  // INT64_MIN % -1 traps
        }},
       {"even",
        [](Interp& in, const Value& v, Args& a) {
@@ -836,8 +836,9 @@ Value to_int(const Value& v, const Value& dflt, int base) {
   if (v.is_int()) return v;
   if (v.is_bool()) return Value(v.get_int());
   if (v.is_float()) {
-    if (!std::isfinite(v.get_float())) return dflt;
-    return Value(int64_t(std::trunc(v.get_float())));
+    double t = std::trunc(v.get_float());
+    if (!(t > -9.2e18 && t < 9.2e18)) return dflt;  // beyond int64 (Python would give a big int)
+    return Value(int64_t(t));
   }
   if (v.is_string()) {
     std::string s = py_strip(v.str(), Value(), true, true);
@@ -851,7 +852,8 @@ Value to_int(const Value& v, const Value& dflt, int base) {
     if (errno == 0 && end && *end == 0) return Value(int64_t(r));
     // jinja2 falls back to int(float(value))
     double d = std::strtod(t.c_str(), &end);
-    if (end && *end == 0 && std::isfinite(d) && base == 10) return Value(int64_t(std::trunc(d)));
+    if (end && *end == 0 && std::trunc(d) > -9.2e18 && std::trunc(d) < 9.2e18 && base == 10)
+      return Value(int64_t(std::trunc(d)));
     return dflt;
   }
   return dflt;
@@ -982,7 +984,10 @@ const std::unordered_map<std::string, FilterFn>& filters() {
       {"abs",
        [](Interp& in, const Value& v, Args& a) -> Value {
          if (v.is_float()) return Value(std::fabs(v.get_float()));
-         if (v.is_int() || v.is_bool()) return Value(v.get_int() < 0 ? -v.get_int() : v.get_int());
+         if (v.is_int() || v.is_bool()) {
+           if (v.get_int() == INT64_MIN) fail_at(in, a.at, "integer overflow");
+           return Value(v.get_int() < 0 ? -v.get_int() : v.get_int());
+         }
          fail_at(in, a.at, str_cat("bad operand type for abs(): '", type_name(v), "'"));
        }},
       {"round",
@@ -1074,11 +1079,12 @@ const std::unordered_map<std::string, FilterFn>& filters() {
          std::string s = v.to_str() + "\n";
          std::vector<std::string> lines = py_splitlines(s, false);
          std::string rv;
-         if (blank) {
-           for (size_t k = 0; k < lines.size(); k++) rv += (k ? "\n" + ind : "") + lines[k];
-         } else {
-           rv = lines.empty() ? "" : lines[0];
-           for (size_t k = 1; k < lines.size(); k++) rv += "\n" + (lines[k].empty() ? "" : ind) + lines[k];
+         for (size_t k = 0; k < lines.size(); k++) {  // appends only: GCC 12 warns (falsely) on "\n" + str
+           if (k) {
+             rv += '\n';
+             if (blank || !lines[k].empty()) rv += ind;
+           }
+           rv += lines[k];
          }
          if (first) rv = ind + rv;
          check_size(in, rv.size(), a.at);
@@ -1122,8 +1128,13 @@ const std::unordered_map<std::string, FilterFn>& filters() {
          for (auto& x : iterate(in, v, a.at)) {
            Value y = attribute ? attr_path(in, x, *attribute, a.at) : x;
            if (!acc.is_number() || !y.is_number()) fail_at(in, a.at, "sum needs numbers");
-           acc = acc.is_float() || y.is_float() ? Value(acc.as_double() + y.as_double())
-                                                : Value(acc.get_int() + y.get_int());
+           int64_t r;
+           if (acc.is_float() || y.is_float())
+             acc = Value(acc.as_double() + y.as_double());
+           else if (__builtin_add_overflow(acc.get_int(), y.get_int(), &r))
+             fail_at(in, a.at, "integer overflow");
+           else
+             acc = Value(r);
          }
          return acc;
        }},
@@ -1169,7 +1180,7 @@ const std::unordered_map<std::string, FilterFn>& filters() {
            Value m = dict_method(v, name);
            if (!m.is_undefined()) return m;
          }
-         return Value::undefined("'" + type_name(v) + " object' has no attribute '" + name + "'");
+         return Value::undefined(str_cat("'", type_name(v), " object' has no attribute '", name, "'"));
        }},
   };
   return m;
@@ -1221,7 +1232,7 @@ Value builtin_global(const std::string& name) {
         fail_at(in, a.at, "Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
       List l;
       l.reserve(size_t(n));
-      for (int64_t k = 0, v = start; k < int64_t(n); k++, v += stp) l.emplace_back(v);
+      for (int64_t k = 0; k < int64_t(n); k++) l.emplace_back(int64_t((__int128)start + (__int128)k * stp));
       return Value::list(std::move(l));
     });
     m["namespace"] = make_fn("namespace", [](Interp& in, Args& a) -> Value {

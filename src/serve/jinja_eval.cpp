@@ -323,6 +323,10 @@ Value Interp::eval_binary(const Expr& e, Scope* sc) {
         return Value(acc);
       }
       if (b == 0) fail_at(*this, pos, "integer division or modulo by zero");
+      if (b == -1) {  // INT64_MIN / -1 traps on x86
+        if (op == "%") return Value(int64_t(0));
+        return a == INT64_MIN ? ovf() : Value(-a);
+      }
       if (op == "//") return Value(floordiv(a, b));
       if (op == "%") return Value(pymod(a, b));
     }
