@@ -243,7 +243,7 @@ TEST(JinjaLimits, HostileTemplatesStopWithAClearError) {
   // INT64_MIN / -1 traps on x86: Python's big ints overflow here instead, and % -1 is 0.
   EXPECT_NE(error_of("{{ (-9223372036854775807 - 1) // -1 }}").find("integer overflow"), std::string::npos);
   EXPECT_EQ(
-      render("{{ (-9223372036854775807 - 1) % -1 }} {{ (-9223372036854775807 - 1) is divisibleby -1 }}"),
+      render("{{ (-9223372036854775807 - 1) % -1 }} {{ (-9223372036854775807 - 1) is divisibleby(-1) }}"),
       "0 True");
 }
 
