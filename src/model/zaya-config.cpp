@@ -13,6 +13,11 @@ using json = nlohmann::json;
 
 namespace {
 
+// Upper bound on the number of (native) layers a config may ask for; ZAYA1-8B has 40. Checked while parsing,
+// before the count sizes layer_types: a negative or absurd count would otherwise throw std::length_error or
+// std::bad_alloc instead of an error that names the field.
+constexpr int64_t kMaxLayers = 1 << 16;
+
 // Field readers: a present field of the wrong type is an error naming the field.
 struct Reader {
   const json& j;
@@ -99,6 +104,8 @@ void parse_native(const Reader& r, ZayaConfig& c) {
   c.vocab_size = r.i64_required("vocab_size");
   c.hidden_size = r.i64_required("hidden_size");
   c.num_hidden_layers = r.i64_required("num_hidden_layers");
+  ZAYA_CHECK(c.num_hidden_layers > 0 && c.num_hidden_layers <= kMaxLayers, r.src,
+             ": field 'num_hidden_layers' must be in [1, ", kMaxLayers, "], got ", c.num_hidden_layers);
   c.num_attention_heads = r.i64_required("num_attention_heads");
   c.num_key_value_heads = r.i64("num_key_value_heads", c.num_attention_heads);
   c.head_dim = r.i64("head_dim", 0);
@@ -171,15 +178,17 @@ void parse_legacy(const Reader& r, ZayaConfig& c) {
     }
   } else {
     half_layers = r.i64_required("num_hidden_layers");
-    ZAYA_CHECK(half_layers % 2 == 0 && half_layers > 0, r.src,
+    ZAYA_CHECK(half_layers % 2 == 0 && half_layers > 0 && half_layers <= 2 * kMaxLayers, r.src,
                ": field 'num_hidden_layers' (legacy half-layers) is ", half_layers,
-               "; expected a positive even number");
+               "; expected a positive even number up to ", 2 * kMaxLayers);
     c.num_experts = r.i64_required("num_experts");
   }
   c.num_hidden_layers = half_layers / 2;
   c.vocab_size = r.i64_required("vocab_size");
   c.hidden_size = r.i64_required("hidden_size");
   int64_t n_heads_field = r.i64_required("num_attention_heads");
+  // It divides hidden_size below (the default head_dim): 0 would be a division by zero.
+  ZAYA_CHECK(n_heads_field > 0, r.src, ": field 'num_attention_heads' must be positive, got ", n_heads_field);
   c.num_attention_heads =
       list_style ? r.list_or_scalar("cca_num_q_heads", n_heads_field / 2, 0) : n_heads_field;
   c.num_key_value_heads = r.has("num_query_groups_list")
