@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -34,6 +35,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
@@ -81,8 +83,10 @@ using Bytes = std::vector<uint8_t>;
 
 const uint8_t* g_cur_data = nullptr;
 size_t g_cur_size = 0;
-bool g_running = false;    // false outside LLVMFuzzerTestOneInput (a leak report at exit saves nothing)
-long g_cur_index = -1;     // mutated input number, -1 for a corpus file
+std::atomic<bool> g_running{
+    false};  // false outside LLVMFuzzerTestOneInput (a leak report at exit saves nothing)
+std::atomic<int64_t> g_run_start_ms{0};  // steady clock at the start of the current input (the watchdog)
+long g_cur_index = -1;                   // mutated input number, -1 for a corpus file
 std::string g_crash_path;  // set at startup; the handlers only read them (no allocation after a crash)
 std::string g_crash_note;  // " (seed S)\nfuzz: the input is saved to ...", formatted at startup
 
@@ -149,13 +153,33 @@ void install_crash_handlers() {
   for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) ::signal(sig, on_fatal_signal);
 }
 
+int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 void run_one(const uint8_t* data, size_t size, long index) {
   g_cur_data = data;
   g_cur_size = size;
   g_cur_index = index;
+  g_run_start_ms = now_ms();
   g_running = true;
   LLVMFuzzerTestOneInput(data, size);
   g_running = false;
+}
+
+// A hang is a failure too: one input running longer than `timeout_s` is saved like a crash, then abort().
+void watchdog(double timeout_s) {
+  for (;;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    if (g_running && double(now_ms() - g_run_start_ms) > 1000 * timeout_s) {
+      const char* m = "\nfuzz: TIMEOUT: one input ran longer than --timeout";
+      write_all(2, m, std::strlen(m));
+      save_crash();
+      std::abort();
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -378,6 +402,7 @@ void usage(const char* argv0) {
       "  --seed N        the run's random seed (default: ZAYA_FUZZ_SEED, else time-based; always printed)\n"
       "  --max-len N     inputs are cut to N bytes (default: max(4096, twice the largest corpus input))\n"
       "  --crash-dir D   where a crashing input is written (default: the working directory)\n"
+      "  --timeout S     an input running longer than S seconds is a failure (default 60)\n"
       "  --no-feedback   mutate only the starting corpus even when the build has coverage\n",
       argv0);
 }
@@ -386,7 +411,7 @@ void usage(const char* argv0) {
 
 int main(int argc, char** argv) {
   long iterations = -1;
-  double seconds = 0;
+  double seconds = 0, timeout = 60;
   bool have_seed = false, feedback_wanted = true;
   uint64_t seed = 0;
   size_t max_len = 0;
@@ -401,6 +426,8 @@ int main(int argc, char** argv) {
     } else if (!std::strcmp(argv[i], "--seed") && has_value) {
       seed = std::strtoull(argv[++i], nullptr, 10);
       have_seed = true;
+    } else if (!std::strcmp(argv[i], "--timeout") && has_value) {
+      timeout = std::atof(argv[++i]);
     } else if (!std::strcmp(argv[i], "--max-len") && has_value) {
       max_len = size_t(std::atol(argv[++i]));
     } else if (!std::strcmp(argv[i], "--crash-dir") && has_value) {
@@ -443,6 +470,7 @@ int main(int argc, char** argv) {
               (unsigned long long)seed, (unsigned long long)seed, (unsigned long long)seed);
   std::fflush(stdout);
   install_crash_handlers();
+  if (timeout > 0) std::thread(watchdog, timeout).detach();
 
   // The starting corpus: built-in seeds, then the files (directories: every regular file, sorted).
   std::vector<Bytes> corpus;
@@ -515,8 +543,13 @@ int main(int argc, char** argv) {
                   corpus.size(), g_pcs, g_edges, double(it) / elapsed);
       std::fflush(stdout);
     }
-    // Without feedback only the starting corpus is ever a parent (the old driver's behaviour).
-    const Bytes& parent = corpus[mut.below(corpus.size())];
+    // Half the parents are starting inputs, half any input (starting or found). Uniform over everything
+    // would starve the real files: the found inputs are mostly cheap variants of one kind (tokenizer_fuzz:
+    // texts) while a mutated tokenizer.json reaches the most code. (Weighting found inputs by the coverage
+    // they added measured the same.) Without feedback nothing is found: every parent is a starting input, as
+    // in the old driver.
+    const size_t pick = mut.rng() % 2 ? mut.below(start_size) : mut.below(corpus.size());
+    const Bytes& parent = corpus[pick];
     Bytes input = mut.mutate(parent);
     const size_t pcs_before = g_pcs, edges_before = g_edges;
     run_one(input.data(), input.size(), it);

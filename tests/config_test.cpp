@@ -159,7 +159,10 @@ TEST(Config, BadFieldsAreNamed) {
       {"cfg.json", "rope_type", "yarn"});
   expect_error(parse(with_field("head_dim", "6")), {"cfg.json", "rotary dim"});
   expect_error(parse(with_field("eos_token_id", "\"x\"")), {"cfg.json", "eos_token_id"});
-  // Found by model_json_fuzz: the layer count sized a vector before validation (std::length_error for -1,
+  // Found by model_json_fuzz: a rope_type that is not a string threw nlohmann's type_error;
+  expect_error(parse(with_field("rope_parameters", "{\"hybrid\": {\"rope_type\": 4, \"rope_theta\": 1}}")),
+               {"cfg.json", "rope_type", "string"});
+  // the layer count sized a vector before validation (std::length_error for -1,
   // bad_alloc for a huge one), and a legacy config's num_attention_heads 0 divided by zero.
   expect_error(parse(with_field("num_hidden_layers", "-1")), {"cfg.json", "num_hidden_layers"});
   expect_error(parse(with_field("num_hidden_layers", "4611686018427387904")),

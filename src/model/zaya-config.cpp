@@ -84,6 +84,9 @@ std::vector<int64_t> parse_eos(const Reader& r) {
 RopeParams parse_rope_entry(const json& e, const std::string& src, const std::string& key) {
   ZAYA_CHECK(e.is_object(), src, ": field 'rope_parameters.", key, "' must be an object");
   RopeParams p;
+  // Type-checked first: json::value() would throw nlohmann's type_error (not a zaya::Error) on a number.
+  ZAYA_CHECK(!e.contains("rope_type") || e["rope_type"].is_string(), src, ": field 'rope_parameters.", key,
+             ".rope_type' must be a string");
   std::string type = e.value("rope_type", std::string("default"));
   ZAYA_CHECK(type == "default", src, ": field 'rope_parameters.", key, ".rope_type' is '", type,
              "'; only \"default\" RoPE is supported");
