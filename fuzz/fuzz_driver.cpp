@@ -32,6 +32,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <random>
 #include <set>
 #include <string>
@@ -71,6 +72,13 @@ extern "C" __attribute__((no_sanitize_address, no_sanitize("undefined"))) void _
     g_edge_map[e] = 1;
     g_edges++;
   }
+}
+
+// UBSan's report ends the process through its own runtime, which does not call the death callback set in
+// ASan's (they are two runtimes): abort() instead, so that the SIGABRT handler saves the input. Environment
+// UBSAN_OPTIONS still apply on top.
+extern "C" const char* __ubsan_default_options() {
+  return "abort_on_error=1:print_stacktrace=1";
 }
 
 namespace {
@@ -160,6 +168,12 @@ int64_t now_ms() {
 }
 
 void run_one(const uint8_t* data, size_t size, long index) {
+  // The target reads an exactly sized heap copy (as under libFuzzer), so that ASan reports a read one byte
+  // past the input: a vector's spare capacity (after a truncation, say) would hide it. An empty input comes
+  // as a null pointer, as an empty vector's data() may.
+  std::unique_ptr<uint8_t[]> copy(size > 0 ? new uint8_t[size] : nullptr);
+  if (size > 0) std::memcpy(copy.get(), data, size);
+  data = copy.get();
   g_cur_data = data;
   g_cur_size = size;
   g_cur_index = index;

@@ -68,7 +68,7 @@ for t in "${TEST_BINARIES[@]}"; do
   (cd "$B" && timeout 900 "tests/$t" --gtest_filter="${TESTS[$t]}" --gtest_brief=1) >"$LOG/$t.log" 2>&1
   rc=$?
   set -e
-  echo "sanitize: $t ($(grep -cE '^\[ +(OK|FAILED) +\]|^\[ +SKIPPED' "$LOG/$t.log" || true) reported, $(($(date +%s) - s)) s) exit $rc"
+  echo "sanitize: $t: $(grep -E '^\[=+\] [0-9]+ tests? ' "$LOG/$t.log" | sed 's/^\[=*\] //') exit $rc ($(($(date +%s) - s)) s)"
   check_run "$t" "$LOG/$t.log" "$rc"
 done
 T_TESTS=$(date +%s)
@@ -80,7 +80,8 @@ for f in "${FUZZ_TARGETS[@]}"; do
     >"$LOG/$f.log" 2>&1
   rc=$?
   set -e
-  echo "sanitize: $(grep -E '^fuzz: [0-9]+ mutated inputs' "$LOG/$f.log" || grep -m1 '^fuzz: .* seed' "$LOG/$f.log") exit $rc"
+  echo "sanitize: $f: $(grep -E '^fuzz: [0-9]+ mutated inputs' "$LOG/$f.log" | sed 's/^fuzz: //' ||
+    grep -m1 '^fuzz: .* seed' "$LOG/$f.log") exit $rc"
   check_run "$f" "$LOG/$f.log" "$rc"
 done
 T_END=$(date +%s)

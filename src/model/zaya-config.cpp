@@ -17,6 +17,10 @@ namespace {
 // before the count sizes layer_types: a negative or absurd count would otherwise throw std::length_error or
 // std::bad_alloc instead of an error that names the field.
 constexpr int64_t kMaxLayers = 1 << 16;
+// Upper bound on every other size (vocabulary, widths, heads, experts, windows): 2^24 (ZAYA1-8B's largest is
+// its 262,272-token vocabulary). validate() checks it before any product of two sizes (kv_dim(), ...), which
+// then fits in int64 with room; an absurd size would overflow them (signed overflow: undefined behaviour).
+constexpr int64_t kMaxSize = int64_t(1) << 24;
 
 // Field readers: a present field of the wrong type is an error naming the field.
 struct Reader {
@@ -228,6 +232,7 @@ void parse_legacy(const Reader& r, ZayaConfig& c) {
       ZAYA_CHECK(swa[2 * i].is_number_integer(), r.src, ": field 'swa_layers[", 2 * i,
                  "]' must be an integer");
       int64_t w = swa[2 * i].get<int64_t>();  // previous tokens; native W = w + 1 (spec §8.4 item 5)
+      ZAYA_CHECK(w < kMaxSize, r.src, ": field 'swa_layers[", 2 * i, "]' is ", w, "; at most ", kMaxSize - 1);
       if (w > 0) {
         c.layer_types[i] = LayerType::HybridSliding;
         c.sliding_window = std::max(c.sliding_window, w + 1);
@@ -316,6 +321,7 @@ ZayaConfig load_config(const std::string& path) {
 void ZayaConfig::validate(const std::string& src) const {
   auto positive = [&](int64_t v, const char* name) {
     ZAYA_CHECK(v > 0, src, ": field '", name, "' must be positive, got ", v);
+    ZAYA_CHECK(v <= kMaxSize, src, ": field '", name, "' is ", v, "; at most ", kMaxSize, " is supported");
   };
   positive(vocab_size, "vocab_size");
   positive(hidden_size, "hidden_size");
@@ -340,14 +346,17 @@ void ZayaConfig::validate(const std::string& src) const {
   ZAYA_CHECK(rms_norm_eps > 0, src, ": field 'rms_norm_eps' must be positive");
   bool any_sliding = false;
   for (auto t : layer_types) any_sliding |= t == LayerType::HybridSliding;
+  ZAYA_CHECK(sliding_window <= kMaxSize, src, ": field 'sliding_window' is ", sliding_window, "; at most ",
+             kMaxSize, " is supported");
   ZAYA_CHECK(!any_sliding || sliding_window > 0, src,
              ": 'sliding_window' must be a positive integer when layer_types contains \"hybrid_sliding\"");
   for (const RopeParams* p : {&rope_hybrid, &rope_sliding}) {
+    // The factor is checked before the conversion to an integer (out of range, e.g. 1e300, it is UB).
+    const bool in_range = p->partial_rotary_factor >= 0 && p->partial_rotary_factor <= 1;
     double rd = head_dim * p->partial_rotary_factor;
-    int64_t r = int64_t(rd);
-    ZAYA_CHECK(p->partial_rotary_factor >= 0 && p->partial_rotary_factor <= 1 && r % 2 == 0, src,
-               ": partial_rotary_factor ", p->partial_rotary_factor, " gives rotary dim ", rd,
-               "; it must be an even integer <= head_dim ", head_dim);
+    int64_t r = in_range ? int64_t(rd) : 1;
+    ZAYA_CHECK(in_range && r % 2 == 0, src, ": partial_rotary_factor ", p->partial_rotary_factor,
+               " gives rotary dim ", rd, "; it must be an even integer <= head_dim ", head_dim);
     ZAYA_CHECK(p->theta > 0, src, ": rope_theta must be positive");
   }
   ZAYA_CHECK(pad_token_id >= -1 && pad_token_id < vocab_size, src, ": pad_token_id out of range");
