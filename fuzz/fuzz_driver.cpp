@@ -91,8 +91,8 @@ using Bytes = std::vector<uint8_t>;
 
 const uint8_t* g_cur_data = nullptr;
 size_t g_cur_size = 0;
-std::atomic<bool> g_running{
-    false};  // false outside LLVMFuzzerTestOneInput (a leak report at exit saves nothing)
+// False outside LLVMFuzzerTestOneInput: a leak report at exit saves nothing.
+std::atomic<bool> g_running{false};
 std::atomic<int64_t> g_run_start_ms{0};  // steady clock at the start of the current input (the watchdog)
 long g_cur_index = -1;                   // mutated input number, -1 for a corpus file
 std::string g_crash_path;  // set at startup; the handlers only read them (no allocation after a crash)
@@ -201,72 +201,19 @@ void watchdog(double timeout_s) {
 
 // JSON tokens every target's format uses (safetensors headers, configs, manifests, tokenizer.json) or that
 // parsers mishandle (huge / negative / fractional counts, escapes, surrogates, deep nesting).
-const char* const kJsonTokens[] = {"{",
-                                   "}",
-                                   "[",
-                                   "]",
-                                   "\"",
-                                   ":",
-                                   ",",
-                                   "null",
-                                   "true",
-                                   "false",
-                                   "0",
-                                   "-1",
-                                   "-0",
-                                   "1.5",
-                                   "1e308",
-                                   "-1e308",
-                                   "1e-9",
-                                   "2147483647",
-                                   "2147483648",
-                                   "4294967295",
-                                   "4294967296",
-                                   "9223372036854775807",
-                                   "9223372036854775808",
-                                   "-9223372036854775808",
-                                   "18446744073709551615",
-                                   "18446744073709551616",
-                                   "NaN",
-                                   "\"\"",
-                                   "[]",
-                                   "{}",
-                                   "[[[[[[[[",
-                                   "\\u0000",
-                                   "\\ud800",
-                                   "\\\"",
-                                   "\\\\",
-                                   "\"\\u00e9\"",
-                                   "[0,0]",
-                                   "[1,2,3]",
-                                   "1e+400"};
+// clang-format off
+const char* const kJsonTokens[] = {
+    "{", "}", "[", "]", "\"", ":", ",", "null", "true", "false", "0", "-1", "-0", "1.5", "1e308", "-1e308", "1e-9",
+    "2147483647", "2147483648", "4294967295", "4294967296", "9223372036854775807", "9223372036854775808",
+    "-9223372036854775808", "18446744073709551615", "18446744073709551616", "NaN", "\"\"", "[]", "{}",
+    "[[[[[[[[", "\\u0000", "\\ud800", "\\\"", "\\\\", "\"\\u00e9\"", "[0,0]", "[1,2,3]", "1e+400"};
 
 // Interesting values for decimal numbers found in the input.
-const char* const kNumbers[] = {"0",
-                                "1",
-                                "-1",
-                                "2",
-                                "3",
-                                "7",
-                                "8",
-                                "63",
-                                "64",
-                                "255",
-                                "256",
-                                "65535",
-                                "65536",
-                                "2147483647",
-                                "2147483648",
-                                "-2147483649",
-                                "4294967296",
-                                "9223372036854775807",
-                                "-9223372036854775808",
-                                "18446744073709551615",
-                                "1e18",
-                                "1e400",
-                                "0.5",
-                                "-0.0",
-                                "1e-320"};
+const char* const kNumbers[] = {
+    "0", "1", "-1", "2", "3", "7", "8", "63", "64", "255", "256", "65535", "65536", "2147483647", "2147483648",
+    "-2147483649", "4294967296", "9223372036854775807", "-9223372036854775808", "18446744073709551615", "1e18",
+    "1e400", "0.5", "-0.0", "1e-320"};
+// clang-format on
 
 struct Mutator {
   std::mt19937_64 rng;
