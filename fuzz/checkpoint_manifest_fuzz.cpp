@@ -1,6 +1,9 @@
 // Fuzz target for training-checkpoint manifests (ckpt/checkpoint.h): the input bytes become manifest.json of
 // a committed checkpoint directory next to a real data file; Checkpoint::open either throws zaya::Error or
 // returns tensors that lie inside the data file and whose checksums matched.
+// Two directories take each input: a synthetic two-tensor checkpoint (built here), and the data file of a
+// real 2-step `zaya train` run of a micro model (fuzz/fixtures/checkpoint/rank_00000.bin, whose manifest is
+// in the corpus: fuzz/make_corpus.sh), so that mutations of a real manifest get past the file checks.
 #include <unistd.h>
 
 #include <cstdint>
@@ -36,10 +39,24 @@ const std::string& checkpoint_dir() {
   return dir;
 }
 
-}  // namespace
+// The real checkpoint's step directory: a copy of the committed data file (built once per process).
+const std::string& real_checkpoint_dir() {
+  static const std::string dir = [] {
+    const std::string root =
+        (fs::temp_directory_path() / ("zaya_ckpt_fuzz_real_" + std::to_string(getpid()))).string();
+    fs::remove_all(root);
+    static const std::string to_remove = root;
+    std::atexit([] { fs::remove_all(to_remove); });
+    const std::string d = zaya::ckpt::step_dir(root, 2);
+    fs::create_directories(d);
+    fs::copy_file(std::string(ZAYA_SOURCE_DIR) + "/fuzz/fixtures/checkpoint/rank_00000.bin",
+                  d + "/rank_00000.bin");
+    return d;
+  }();
+  return dir;
+}
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const std::string& dir = checkpoint_dir();
+void open_with_manifest(const std::string& dir, int64_t step, const uint8_t* data, size_t size) {
   {
     std::ofstream f(dir + "/manifest.json", std::ios::binary | std::ios::trunc);
     f.write(reinterpret_cast<const char*>(data), std::streamsize(size));
@@ -47,7 +64,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   {
     // A marker that matches the input: the fuzzer exercises the manifest parser, not only its checksum.
     std::ofstream f(dir + "/COMPLETE", std::ios::binary | std::ios::trunc);
-    f << "step 3\nmanifest xxh3 " << zaya::ckpt::xxh3_hex(data, size) << "\n";
+    f << "step " << step << "\nmanifest xxh3 " << zaya::ckpt::xxh3_hex(data, size) << "\n";
   }
   try {
     zaya::ckpt::Checkpoint ck = zaya::ckpt::Checkpoint::open(dir);
@@ -57,8 +74,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         ZAYA_ASSERT(t.nbytes() <= file_size, "a verified tensor lies inside its data file");
     std::vector<float> a(6);
     if (ck.has("a")) ck.assemble("a", zaya::DType::F32, {2, 3}, a.data());
+    // The micro model's embedding [300, 16] F32, when a manifest names it (the real one does).
+    const std::string emb = "model.embed_tokens.weight";
+    if (ck.has(emb)) {
+      std::vector<float> w(300 * 16);
+      ck.assemble(emb, zaya::DType::F32, {300, 16}, w.data());
+    }
   } catch (const zaya::Error&) {
   }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  open_with_manifest(checkpoint_dir(), 3, data, size);
+  open_with_manifest(real_checkpoint_dir(), 2, data, size);
   return 0;
 }
 

@@ -159,6 +159,32 @@ TEST(Config, BadFieldsAreNamed) {
       {"cfg.json", "rope_type", "yarn"});
   expect_error(parse(with_field("head_dim", "6")), {"cfg.json", "rotary dim"});
   expect_error(parse(with_field("eos_token_id", "\"x\"")), {"cfg.json", "eos_token_id"});
+  // Found by model_json_fuzz: a rope_type that is not a string threw nlohmann's type_error;
+  expect_error(parse(with_field("rope_parameters", "{\"hybrid\": {\"rope_type\": 4, \"rope_theta\": 1}}")),
+               {"cfg.json", "rope_type", "string"});
+  // a size so large that num_key_value_heads * head_dim overflowed int64 (UBSan), and a partial_rotary_factor
+  // out of range converted to an integer before it was checked;
+  expect_error(parse(with_field("head_dim", "9223372036854775807")), {"cfg.json", "head_dim", "at most"});
+  expect_error(parse(with_field("rope_parameters",
+                                "{\"hybrid\": {\"rope_theta\": 1, \"partial_rotary_factor\": 1e300}}")),
+               {"cfg.json", "partial_rotary_factor"});
+  // the layer count sized a vector before validation (std::length_error for -1,
+  // bad_alloc for a huge one), and a legacy config's num_attention_heads 0 divided by zero.
+  expect_error(parse(with_field("num_hidden_layers", "-1")), {"cfg.json", "num_hidden_layers"});
+  expect_error(parse(with_field("num_hidden_layers", "4611686018427387904")),
+               {"cfg.json", "num_hidden_layers"});
+  {
+    auto j = nlohmann::json::parse(test::read_text(test::data_dir() + "/ref_legacy_8b/config.json"));
+    j["num_attention_heads"] = 0;
+    j.erase("head_dim");
+    expect_error([&] { parse_config(j.dump(), "legacy.json"); }, {"legacy.json", "num_attention_heads"});
+    j["num_attention_heads"] = 8;
+    j["num_hidden_layers"] = 4611686018427387904;
+    expect_error([&] { parse_config(j.dump(), "legacy.json"); }, {"legacy.json", "num_hidden_layers"});
+    j["num_hidden_layers"] = 8;
+    j["swa_layers"] = {0, 0, INT64_MAX, 0, 0, 0, 0, 0};  // the window w + 1 overflowed
+    expect_error([&] { parse_config(j.dump(), "legacy.json"); }, {"legacy.json", "swa_layers[2]"});
+  }
   expect_error([] { load_config("/nonexistent/config.json"); }, {"/nonexistent/config.json"});
 }
 

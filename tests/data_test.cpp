@@ -339,6 +339,9 @@ TEST(Prepare, MalformedCorpusErrors) {
                {"x.jsonl:3", "no field 'text'"});
   expect_error([&] { jsonl("{\"body\": 5}\n", "body"); }, {"x.jsonl:1", "field 'body'", "not a string"});
   expect_error([&] { jsonl("[1, 2]\n"); }, {"x.jsonl:1", "JSON object"});
+  // A number beyond double (found by data_fuzz): nlohmann throws out_of_range, not parse_error; it used to
+  // escape as an uncaught exception.
+  expect_error([&] { jsonl("{\"text\": \"ok\", \"n\": 1e400}\n"); }, {"x.jsonl:1", "not valid JSON"});
   expect_error([&] { jsonl("\n{\"text\": \"\"}\n"); }, {"corpus is empty"});
   expect_error([&] { prepare_dataset(tokenizer(), prepare_options(dir / "missing.txt", out)); },
                {"missing.txt", "does not exist"});

@@ -20,6 +20,7 @@
 #include "io/checkpoint_files.h"
 #include "io/mapped_file.h"
 #include "io/safetensors_writer.h"
+#include "io/strict_json.h"
 
 namespace fs = std::filesystem;
 using namespace zaya;
@@ -304,6 +305,9 @@ TEST_F(SafetensorsTest, RejectsInvalidJson) {
   expect_bad_file("", {}, {"not valid JSON"});
   expect_bad_file("{\"a\xff\":1}", {}, {"not valid JSON"});                   // invalid UTF-8
   expect_bad_file(std::string("{}\0\0\0\0\0\0", 8), {}, {"not valid JSON"});  // NUL padding
+  // An empty input as a null pointer (an empty vector's data(); found by optim_config_fuzz under UBSan:
+  // the NUL scan passed it to memchr).
+  EXPECT_THROW(zaya::parse_json_strict(nullptr, 0, "empty"), zaya::Error);
 }
 
 TEST_F(SafetensorsTest, RejectsHeaderNotObject) {

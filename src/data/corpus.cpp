@@ -140,7 +140,8 @@ bool CorpusReader::next_jsonl(std::string& doc) {
     nlohmann::json j;
     try {
       j = nlohmann::json::parse(line_);
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {
+      // parse_error, and out_of_range for a number beyond double (1e400): both are a bad line, not a crash.
       fail(str_cat(path, ":", line_no_, ": not valid JSON (", e.what(), ")"));
     }
     ZAYA_CHECK(j.is_object(), path, ":", line_no_, ": expected a JSON object with a string field '",

@@ -50,8 +50,9 @@ struct DuplicateKeyFinder : nlohmann::json_sax<nlohmann::json> {
 
 nlohmann::json parse_json_strict(const char* text, size_t size, const std::string& what) {
   // nlohmann's lexer takes a NUL byte for the end of input and would ignore anything after it; JSON
-  // text can never contain a raw NUL, so reject it outright.
-  const void* nul = std::memchr(text, 0, size);
+  // text can never contain a raw NUL, so reject it outright. (An empty input may come as a null pointer,
+  // e.g. an empty vector's data(): memchr must not see it.)
+  const void* nul = size > 0 ? std::memchr(text, 0, size) : nullptr;
   ZAYA_CHECK(nul == nullptr, what, " is not valid JSON: NUL byte at offset ",
              static_cast<const char*>(nul) - text);
   DuplicateKeyFinder finder;

@@ -32,7 +32,9 @@ void ZayaCache::reserve(const ZayaConfig& cfg, int64_t n) {
     if (l.len + n <= l.cap) continue;
     int64_t cap = std::max<int64_t>({l.len + n, 2 * l.cap, 64});
     std::vector<float> k(B * Hk * cap * d), v(B * Hk * cap * d);
-    for (int64_t bh = 0; bh < B * Hk; bh++) {
+    // Nothing to keep in an empty cache, whose l.k.data() may be null (memcpy from null is UB even for 0
+    // bytes).
+    for (int64_t bh = 0; l.len > 0 && bh < B * Hk; bh++) {
       std::memcpy(k.data() + bh * cap * d, l.k.data() + bh * l.cap * d, l.len * d * sizeof(float));
       std::memcpy(v.data() + bh * cap * d, l.v.data() + bh * l.cap * d, l.len * d * sizeof(float));
     }

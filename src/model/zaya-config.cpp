@@ -13,6 +13,15 @@ using json = nlohmann::json;
 
 namespace {
 
+// Upper bound on the number of (native) layers a config may ask for; ZAYA1-8B has 40. Checked while parsing,
+// before the count sizes layer_types: a negative or absurd count would otherwise throw std::length_error or
+// std::bad_alloc instead of an error that names the field.
+constexpr int64_t kMaxLayers = 1 << 16;
+// Upper bound on every other size (vocabulary, widths, heads, experts, windows): 2^24 (ZAYA1-8B's largest is
+// its 262,272-token vocabulary). validate() checks it before any product of two sizes (kv_dim(), ...), which
+// then fits in int64 with room; an absurd size would overflow them (signed overflow: undefined behaviour).
+constexpr int64_t kMaxSize = int64_t(1) << 24;
+
 // Field readers: a present field of the wrong type is an error naming the field.
 struct Reader {
   const json& j;
@@ -79,6 +88,9 @@ std::vector<int64_t> parse_eos(const Reader& r) {
 RopeParams parse_rope_entry(const json& e, const std::string& src, const std::string& key) {
   ZAYA_CHECK(e.is_object(), src, ": field 'rope_parameters.", key, "' must be an object");
   RopeParams p;
+  // Type-checked first: json::value() would throw nlohmann's type_error (not a zaya::Error) on a number.
+  ZAYA_CHECK(!e.contains("rope_type") || e["rope_type"].is_string(), src, ": field 'rope_parameters.", key,
+             ".rope_type' must be a string");
   std::string type = e.value("rope_type", std::string("default"));
   ZAYA_CHECK(type == "default", src, ": field 'rope_parameters.", key, ".rope_type' is '", type,
              "'; only \"default\" RoPE is supported");
@@ -99,6 +111,8 @@ void parse_native(const Reader& r, ZayaConfig& c) {
   c.vocab_size = r.i64_required("vocab_size");
   c.hidden_size = r.i64_required("hidden_size");
   c.num_hidden_layers = r.i64_required("num_hidden_layers");
+  ZAYA_CHECK(c.num_hidden_layers > 0 && c.num_hidden_layers <= kMaxLayers, r.src,
+             ": field 'num_hidden_layers' must be in [1, ", kMaxLayers, "], got ", c.num_hidden_layers);
   c.num_attention_heads = r.i64_required("num_attention_heads");
   c.num_key_value_heads = r.i64("num_key_value_heads", c.num_attention_heads);
   c.head_dim = r.i64("head_dim", 0);
@@ -171,15 +185,17 @@ void parse_legacy(const Reader& r, ZayaConfig& c) {
     }
   } else {
     half_layers = r.i64_required("num_hidden_layers");
-    ZAYA_CHECK(half_layers % 2 == 0 && half_layers > 0, r.src,
+    ZAYA_CHECK(half_layers % 2 == 0 && half_layers > 0 && half_layers <= 2 * kMaxLayers, r.src,
                ": field 'num_hidden_layers' (legacy half-layers) is ", half_layers,
-               "; expected a positive even number");
+               "; expected a positive even number up to ", 2 * kMaxLayers);
     c.num_experts = r.i64_required("num_experts");
   }
   c.num_hidden_layers = half_layers / 2;
   c.vocab_size = r.i64_required("vocab_size");
   c.hidden_size = r.i64_required("hidden_size");
   int64_t n_heads_field = r.i64_required("num_attention_heads");
+  // It divides hidden_size below (the default head_dim): 0 would be a division by zero.
+  ZAYA_CHECK(n_heads_field > 0, r.src, ": field 'num_attention_heads' must be positive, got ", n_heads_field);
   c.num_attention_heads =
       list_style ? r.list_or_scalar("cca_num_q_heads", n_heads_field / 2, 0) : n_heads_field;
   c.num_key_value_heads = r.has("num_query_groups_list")
@@ -216,6 +232,7 @@ void parse_legacy(const Reader& r, ZayaConfig& c) {
       ZAYA_CHECK(swa[2 * i].is_number_integer(), r.src, ": field 'swa_layers[", 2 * i,
                  "]' must be an integer");
       int64_t w = swa[2 * i].get<int64_t>();  // previous tokens; native W = w + 1 (spec §8.4 item 5)
+      ZAYA_CHECK(w < kMaxSize, r.src, ": field 'swa_layers[", 2 * i, "]' is ", w, "; at most ", kMaxSize - 1);
       if (w > 0) {
         c.layer_types[i] = LayerType::HybridSliding;
         c.sliding_window = std::max(c.sliding_window, w + 1);
@@ -304,6 +321,7 @@ ZayaConfig load_config(const std::string& path) {
 void ZayaConfig::validate(const std::string& src) const {
   auto positive = [&](int64_t v, const char* name) {
     ZAYA_CHECK(v > 0, src, ": field '", name, "' must be positive, got ", v);
+    ZAYA_CHECK(v <= kMaxSize, src, ": field '", name, "' is ", v, "; at most ", kMaxSize, " is supported");
   };
   positive(vocab_size, "vocab_size");
   positive(hidden_size, "hidden_size");
@@ -328,14 +346,17 @@ void ZayaConfig::validate(const std::string& src) const {
   ZAYA_CHECK(rms_norm_eps > 0, src, ": field 'rms_norm_eps' must be positive");
   bool any_sliding = false;
   for (auto t : layer_types) any_sliding |= t == LayerType::HybridSliding;
+  ZAYA_CHECK(sliding_window <= kMaxSize, src, ": field 'sliding_window' is ", sliding_window, "; at most ",
+             kMaxSize, " is supported");
   ZAYA_CHECK(!any_sliding || sliding_window > 0, src,
              ": 'sliding_window' must be a positive integer when layer_types contains \"hybrid_sliding\"");
   for (const RopeParams* p : {&rope_hybrid, &rope_sliding}) {
+    // The factor is checked before the conversion to an integer (out of range, e.g. 1e300, it is UB).
+    const bool in_range = p->partial_rotary_factor >= 0 && p->partial_rotary_factor <= 1;
     double rd = head_dim * p->partial_rotary_factor;
-    int64_t r = int64_t(rd);
-    ZAYA_CHECK(p->partial_rotary_factor >= 0 && p->partial_rotary_factor <= 1 && r % 2 == 0, src,
-               ": partial_rotary_factor ", p->partial_rotary_factor, " gives rotary dim ", rd,
-               "; it must be an even integer <= head_dim ", head_dim);
+    int64_t r = in_range ? int64_t(rd) : 1;
+    ZAYA_CHECK(in_range && r % 2 == 0, src, ": partial_rotary_factor ", p->partial_rotary_factor,
+               " gives rotary dim ", rd, "; it must be an even integer <= head_dim ", head_dim);
     ZAYA_CHECK(p->theta > 0, src, ": rope_theta must be positive");
   }
   ZAYA_CHECK(pad_token_id >= -1 && pad_token_id < vocab_size, src, ": pad_token_id out of range");
