@@ -246,6 +246,87 @@ TEST(CacheEquivalence, ChunksEqualFullForward) {
   EXPECT_GE(cases, 4) << "the cases without padding";
 }
 
+// Continuous batching (zaya_forward_seqs): sequences that join at different steps and advance by different
+// chunk sizes in shared forward calls give the logits of each sequence run alone, on every case (sliding
+// windows and GQA included). Sequences: each input row, and each row reversed, so rows of one call differ.
+TEST(CacheEquivalence, BatchedSequencesEqualAlone) {
+  int cases = 0;
+  for (const auto& dir : case_dirs()) {
+    Case c = load_case(dir);
+    if (!c.in.attention_mask.empty()) continue;  // padding changes input zeroing per call size (spec §5.5)
+    SCOPED_TRACE(dir);
+    cases++;
+    const int64_t B = c.in.B, S = c.in.S, V = c.model.cfg.vocab_size;
+    const ForwardResult full = run_forward(c);
+    struct Seq {
+      std::vector<int32_t> ids;
+      int64_t chunk, join;  // tokens per call, first step
+      ZayaCache cache;
+      int64_t done = 0;
+      std::vector<float> logits;  // [S, V]
+    };
+    std::vector<Seq> seqs;
+    const int64_t chunks[] = {1, 3, 7, 1000};
+    for (int64_t b = 0; b < 2 * B; b++) {
+      Seq q;
+      q.ids.assign(c.in.input_ids.begin() + (b % B) * S, c.in.input_ids.begin() + (b % B + 1) * S);
+      if (b >= B) std::reverse(q.ids.begin(), q.ids.end());
+      q.chunk = chunks[b % 4];
+      q.join = b;
+      q.cache = ZayaCache(c.model.cfg, 1);
+      q.logits.resize(S * V);
+      seqs.push_back(std::move(q));
+    }
+    ForwardScratch sc;
+    std::vector<float> logits;
+    std::vector<int64_t> rows;
+    for (int64_t step = 0;; step++) {
+      std::vector<SeqStep> batch;
+      std::vector<Seq*> who;
+      for (Seq& q : seqs) {
+        if (step < q.join || q.done == S) continue;
+        SeqStep e;
+        e.cache = &q.cache;
+        e.ids = q.ids.data() + q.done;
+        e.n = std::min(q.chunk, S - q.done);
+        e.logits = e.n;
+        batch.push_back(e);
+        who.push_back(&q);
+      }
+      if (batch.empty() && step > 2 * B) break;
+      if (batch.empty()) continue;
+      zaya_forward_seqs(c.model, batch, logits, rows, sc);
+      for (size_t i = 0; i < batch.size(); i++) {
+        std::copy(logits.begin() + rows[i] * V, logits.begin() + (rows[i] + batch[i].n) * V,
+                  who[i]->logits.begin() + who[i]->done * V);
+        who[i]->done += batch[i].n;
+      }
+    }
+    for (int64_t b = 0; b < 2 * B; b++) {
+      Seq& q = seqs[b];
+      ASSERT_EQ(q.done, S);
+      // Alone: one sequence per call, the same chunks.
+      ZayaCache cache(c.model.cfg, 1);
+      std::vector<float> alone(S * V);
+      for (int64_t s0 = 0; s0 < S; s0 += q.chunk) {
+        SeqStep e{&cache, q.ids.data() + s0, std::min(q.chunk, S - s0), 0};
+        e.logits = e.n;
+        zaya_forward_seqs(c.model, {e}, logits, rows, sc);
+        std::copy(logits.begin(), logits.begin() + e.n * V, alone.begin() + s0 * V);
+      }
+      const test::Diff d_alone = test::diff(q.logits.data(), alone.data(), S * V);
+      std::printf("%s seq %ld (chunk %ld): max |batched - alone| %.2e\n", dir.c_str(), long(b), long(q.chunk),
+                  d_alone.max_abs);
+      EXPECT_TRUE(d_alone.within(3.5e-5)) << "sequence " << b << ": " << d_alone.str();
+      if (b < B) {  // the input rows: against the full forward, as ChunksEqualFullForward
+        const test::Diff d = test::diff(q.logits.data(), full.logits.data() + b * S * V, S * V);
+        EXPECT_TRUE(d.within(3.5e-5)) << "sequence " << b << " vs the full forward: " << d.str();
+      }
+    }
+  }
+  EXPECT_GE(cases, 4) << "the cases without padding";
+}
+
 // Legacy checkpoints under legacy semantics (skip passthrough; ZAYA1-base router-norm eps 1e-6), spec §8.4.
 TEST(GoldenForward, LegacySemanticsMatchReference) {
   int cases = 0;

@@ -73,38 +73,70 @@ void embed_rows(float* x, const int32_t* ids, int64_t T, const ZayaWeights& w, i
   }
 }
 
-// The shape, mask, positions and cache state of one forward call, shared by its blocks.
+// One sequence's rows in a block call: `n` consecutive tokens starting at row t0 of the call's T rows,
+// continuing row `row` of `cache` at absolute positions pos[0, n).
+struct BlockSegment {
+  int64_t t0 = 0, n = 0;
+  ZayaCache* cache = nullptr;
+  int64_t row = 0;                                  // row of `cache` (a B-row cache holds B sequences)
+  const int64_t* pos = nullptr;                     // [n] absolute positions of the new tokens
+  bool has_state = false;                           // the cache row holds earlier tokens (false: fresh)
+  const std::vector<uint8_t>* key_valid = nullptr;  // [positions] 0 = padded key
+};
+
+// The shape, mask, positions and cache state of one forward call, shared by its blocks. A call is a list of
+// segments over T rows: B rows of S tokens of one B-row cache (zaya_forward), or sequences of different
+// lengths each with its own cache (zaya_forward_seqs, continuous batching). All segments of one cache have
+// the same length and come one after another (its keys advance once per call).
 struct BlockCall {
-  int64_t B = 0, S = 0;
-  const int32_t* mask = nullptr;  // [B, S] or null
+  int64_t T = 0;
+  int64_t max_n = 0;  // the longest segment
+  std::vector<BlockSegment> segs;
+  const int32_t* mask = nullptr;  // [T] or null
   bool zero_pads = false;         // zero the normed input rows of padded positions (spec §5.5)
-  const int64_t* pos = nullptr;   // [S] absolute positions of the new tokens
-  bool has_state = false;         // the cache holds earlier tokens (false: a fresh sequence)
-  const std::vector<std::vector<uint8_t>>* key_valid = nullptr;  // [B][positions]: 0 = padded key
   bool training = false;  // recording semantics: fp32 attention, every key kept (no sliding-window trim)
 };
 
-// One decoder block li (spec §5.5-5.8) over T = B·S tokens.
+// The call of B rows of S tokens continuing the B-row `cache` at positions pos[S].
+BlockCall rows_call(ZayaCache& cache, int64_t B, int64_t S, const int64_t* pos) {
+  BlockCall call;
+  call.T = B * S;
+  call.max_n = S;
+  call.segs.resize(B);
+  for (int64_t b = 0; b < B; b++) {
+    BlockSegment& sg = call.segs[b];
+    sg.t0 = b * S;
+    sg.n = S;
+    sg.cache = &cache;
+    sg.row = b;
+    sg.pos = pos;
+    sg.has_state = cache.has_state;
+    sg.key_valid = &cache.key_valid[b];
+  }
+  return call;
+}
+
+// One decoder block li (spec §5.5-5.8) over the call's T tokens.
 //   x[T, H]: the block input, overwritten in place with the block output.
 //   rho_in[T, R]: the previous block's router state (unused, may be null, for block 0); the state this
 //   block passes on is left in sc.rho[T, R].
-//   lc: the block's cache layer; its conv and delayed-value states and its keys/values advance by S tokens.
+//   Each segment's cache layer li: its conv and delayed-value states and its keys/values advance by the
+//   segment's n tokens. Everything but the attention runs over all T rows at once.
 //   la: receives every intermediate the backward needs (null: nothing is copied).
 //   router_logits[T, E+1], choice_out[T]: taps (null: none).
 // Both the forward and the recomputation (zaya_recompute_block) run exactly this function.
-void block_forward(const ZayaModel& model, int64_t li, const BlockCall& call, ZayaLayerCache& lc, float* x,
-                   const float* rho_in, LayerActivations* la, float* router_logits, int32_t* choice_out,
-                   ForwardScratch& sc) {
+void block_forward(const ZayaModel& model, int64_t li, const BlockCall& call, float* x, const float* rho_in,
+                   LayerActivations* la, float* router_logits, int32_t* choice_out, ForwardScratch& sc) {
   const ZayaConfig& c = model.cfg;
   const ZayaLayerWeights& lw = model.w.layers[li];
-  const int64_t B = call.B, S = call.S, T = B * S, H = c.hidden_size;
+  const int64_t T = call.T, Smax = call.max_n, H = c.hidden_size;
   const int64_t A = c.q_dim(), Kv = c.kv_dim(), C = c.conv_channels(), P = c.conv_state_len();
   const int64_t Hq = c.num_attention_heads, Hk = c.num_key_value_heads, d = c.head_dim;
   const int64_t R = c.router_hidden_size, E = c.num_experts, I = c.moe_intermediate_size;
   const CcaDims dm{Hq, Hk, d, c.cca_time0, c.cca_time1};
   const int32_t* mask = call.mask;
-  const int64_t* pos = call.pos;
   const float eps = float(c.rms_norm_eps);
+  const int64_t n_segs = int64_t(call.segs.size());
 
   float* h = grow(sc.h, T * H);
   float* u = grow(sc.u, T * H);
@@ -114,10 +146,10 @@ void block_forward(const ZayaModel& model, int64_t li, const BlockCall& call, Za
   float* raw = grow(sc.raw, T * C);
   float* vc = grow(sc.vc, T * Kv / 2);
   float* dv = grow(sc.dv, T * Kv / 2);
-  float* frames = grow(sc.frames, (P + S) * C);
-  float* mid = grow(sc.mid, (S + c.cca_time1 - 1) * C);
+  float* frames = grow(sc.frames, (P + Smax) * C);
+  float* mid = grow(sc.mid, (Smax + c.cca_time1 - 1) * C);
   float* conv = grow(sc.conv, T * C);
-  float* vals = grow(sc.vals, S * Kv);
+  float* vals = grow(sc.vals, Smax * Kv);
   float* ocat = grow(sc.ocat, T * A);
   float* rho = grow(sc.rho, T * R);
   float* r1 = grow(sc.r1, T * R);
@@ -129,9 +161,11 @@ void block_forward(const ZayaModel& model, int64_t li, const BlockCall& call, Za
   float* p_skip = grow(sc.p_skip, T);
 
   if (la) {
+    // Recording is for B rows of one length (zaya_forward on a fresh cache): segment i's depthwise-conv
+    // intermediates sit at [i, S+t1-1, C].
     keep(la->x, x, T * H);
     la->rstd_in.resize(T);
-    la->mid.resize(B * (S + c.cca_time1 - 1) * C);
+    la->mid.resize(n_segs * (Smax + c.cca_time1 - 1) * C);
     la->conv.resize(T * C);
     la->qk.resize(T * C);
     la->vals.resize(T * Kv);
@@ -157,36 +191,39 @@ void block_forward(const ZayaModel& model, int64_t li, const BlockCall& call, Za
   }
   if (la) keep(la->raw, raw, T * C);
 
-  const int64_t key_pos0 = lc.start;
-  const int64_t old_len = lc.len;
-  for (int64_t b = 0; b < B; b++) {
+  for (int64_t si = 0; si < n_segs; si++) {
+    const BlockSegment& sg = call.segs[si];
+    ZayaLayerCache& lc = sg.cache->layers[li];
+    const int64_t S = sg.n, t0 = sg.t0, b = sg.row;
+    const int64_t key_pos0 = lc.start;
+    const int64_t old_len = lc.len;  // every row of a cache appends at the same place (see BlockCall)
     // Raw frames: the P cached frames (zeros on a fresh sequence), then this call's S frames.
     float* state = lc.conv.data() + b * P * C;
-    if (!call.has_state) std::memset(state, 0, P * C * sizeof(float));
+    if (!sg.has_state) std::memset(state, 0, P * C * sizeof(float));
     std::memcpy(frames, state, P * C * sizeof(float));
-    std::memcpy(frames + P * C, raw + b * S * C, S * C * sizeof(float));
+    std::memcpy(frames + P * C, raw + t0 * C, S * C * sizeof(float));
     std::memcpy(state, frames + S * C, P * C * sizeof(float));  // new state = last P frames
-    float* cv = conv + b * S * C;
+    float* cv = conv + t0 * C;
     cca_conv_forward(cv, mid, frames, lw.conv0_w.f32(), lw.conv0_b.f32(), lw.conv1_w.f32(), lw.conv1_b.f32(),
                      S, dm);
     if (la) {
       const int64_t n_mid = S + c.cca_time1 - 1;
-      std::memcpy(la->mid.data() + b * n_mid * C, mid, n_mid * C * sizeof(float));
-      std::memcpy(la->conv.data() + b * S * C, cv, S * C * sizeof(float));
+      std::memcpy(la->mid.data() + si * n_mid * C, mid, n_mid * C * sizeof(float));
+      std::memcpy(la->conv.data() + t0 * C, cv, S * C * sizeof(float));
     }
-    cca_qk_forward(cv, raw + b * S * C, lw.temp.f32(), pos, S, dm, c.rotary_dim(li), c.rope(li).theta);
-    if (la) std::memcpy(la->qk.data() + b * S * C, cv, S * C * sizeof(float));
+    cca_qk_forward(cv, raw + t0 * C, lw.temp.f32(), sg.pos, S, dm, c.rotary_dim(li), c.rope(li).theta);
+    if (la) std::memcpy(la->qk.data() + t0 * C, cv, S * C * sizeof(float));
 
     // Values: current half, and the delayed half shifted by one token (seeded by the cached Dv,
     // or by v_proj_delayed(0) = its bias on a fresh sequence).
     float* dv_state = lc.dv.data() + b * Kv / 2;
     for (int64_t s = 0; s < S; s++) {
       float* vrow = vals + s * Kv;
-      std::memcpy(vrow, vc + (b * S + s) * Kv / 2, Kv / 2 * sizeof(float));
+      std::memcpy(vrow, vc + (t0 + s) * Kv / 2, Kv / 2 * sizeof(float));
       const float* prev;
       if (s > 0)
-        prev = dv + (b * S + s - 1) * Kv / 2;
-      else if (call.has_state)
+        prev = dv + (t0 + s - 1) * Kv / 2;
+      else if (sg.has_state)
         prev = dv_state;
       else
         prev = nullptr;
@@ -197,8 +234,8 @@ void block_forward(const ZayaModel& model, int64_t li, const BlockCall& call, Za
       else
         std::memset(vrow + Kv / 2, 0, Kv / 2 * sizeof(float));
     }
-    std::memcpy(dv_state, dv + (b * S + S - 1) * Kv / 2, Kv / 2 * sizeof(float));
-    if (la) std::memcpy(la->vals.data() + b * S * Kv, vals, S * Kv * sizeof(float));
+    std::memcpy(dv_state, dv + (t0 + S - 1) * Kv / 2, Kv / 2 * sizeof(float));
+    if (la) std::memcpy(la->vals.data() + t0 * Kv, vals, S * Kv * sizeof(float));
 
     // Append keys and values: [Hk, cap, d] per row.
     for (int64_t j = 0; j < Hk; j++) {
@@ -219,23 +256,26 @@ void block_forward(const ZayaModel& model, int64_t li, const BlockCall& call, Za
     args.key_stride = lc.cap * d;
     args.window = c.layer_types[li] == LayerType::HybridSliding ? c.sliding_window : 0;
     args.gemm_dtype = call.training ? DType::F32 : model.w.compute;  // training keeps fp32 attention
-    const uint8_t* kvalid = (*call.key_valid)[b].data() + key_pos0;
-    attention_forward(ocat + b * S * A, la ? la->lse.data() + b * S * Hq : nullptr, cv, C,
-                      lc.k.data() + b * Hk * lc.cap * d, lc.v.data() + b * Hk * lc.cap * d, pos, kvalid,
+    const uint8_t* kvalid = sg.key_valid->data() + key_pos0;
+    attention_forward(ocat + t0 * A, la ? la->lse.data() + t0 * Hq : nullptr, cv, C,
+                      lc.k.data() + b * Hk * lc.cap * d, lc.v.data() + b * Hk * lc.cap * d, sg.pos, kvalid,
                       args);
-  }
-  lc.len = old_len + S;
-  // Sliding layers keep only the last W-1 keys (spec §7.4); a recording (training) forward keeps all.
-  if (!call.training && c.layer_types[li] == LayerType::HybridSliding && lc.len > c.sliding_window - 1) {
-    int64_t keep = c.sliding_window - 1, drop = lc.len - keep;
-    for (int64_t bh = 0; bh < B * Hk; bh++) {
-      float* kb = lc.k.data() + bh * lc.cap * d;
-      float* vb = lc.v.data() + bh * lc.cap * d;
-      std::memmove(kb, kb + drop * d, keep * d * sizeof(float));
-      std::memmove(vb, vb + drop * d, keep * d * sizeof(float));
+
+    // The cache's last row done: its keys advance. Sliding layers keep only the last W-1 keys (spec
+    // §7.4); a recording (training) forward keeps all.
+    if (b + 1 < sg.cache->B) continue;
+    lc.len = old_len + S;
+    if (!call.training && c.layer_types[li] == LayerType::HybridSliding && lc.len > c.sliding_window - 1) {
+      int64_t keep = c.sliding_window - 1, drop = lc.len - keep;
+      for (int64_t bh = 0; bh < sg.cache->B * Hk; bh++) {
+        float* kb = lc.k.data() + bh * lc.cap * d;
+        float* vb = lc.v.data() + bh * lc.cap * d;
+        std::memmove(kb, kb + drop * d, keep * d * sizeof(float));
+        std::memmove(vb, vb + drop * d, keep * d * sizeof(float));
+      }
+      lc.start += drop;
+      lc.len = keep;
     }
-    lc.start += drop;
-    lc.len = keep;
   }
   linear_strided(a, H, ocat, lw.o_proj, opt_f32(lw.o_bias), T);
   const ResidualScaleWeights& ra = lw.post_attn_scale;
@@ -377,14 +417,9 @@ void zaya_forward(const ZayaModel& model, ZayaCache& cache, const int32_t* ids, 
   cache.reserve(c, S);
 
   if (rec) rec->zero_pads = zero_pads;
-  BlockCall call;
-  call.B = B;
-  call.S = S;
+  BlockCall call = rows_call(cache, B, S, pos);
   call.mask = mask;
   call.zero_pads = zero_pads;
-  call.pos = pos;
-  call.has_state = cache.has_state;
-  call.key_valid = &cache.key_valid;
   call.training = rec != nullptr;
 
   // Recomputation: each block records into this one reused block (the same path the backward's re-run
@@ -392,7 +427,7 @@ void zaya_forward(const ZayaModel& model, ZayaCache& cache, const int32_t* ids, 
   LayerActivations block;
   for (int64_t li = 0; li < L; li++) {
     LayerActivations* la = rec ? (recompute ? &block : &rec->layers[li]) : nullptr;
-    block_forward(model, li, call, cache.layers[li], x, rho_prev, la,
+    block_forward(model, li, call, x, rho_prev, la,
                   opt.tap_router ? out.router_logits.data() + li * T * (E + 1) : nullptr,
                   opt.tap_router ? out.choice.data() + li * T : nullptr, sc);
     std::memcpy(rho_prev, sc.rho.data(), T * R * sizeof(float));
@@ -432,6 +467,88 @@ void zaya_forward(const ZayaModel& model, ZayaCache& cache, const int32_t* ids, 
   }
 }
 
+void zaya_forward_seqs(const ZayaModel& model, const std::vector<SeqStep>& seqs, std::vector<float>& logits,
+                       std::vector<int64_t>& logit_row, ForwardScratch& sc) {
+  const ZayaConfig& c = model.cfg;
+  const ZayaWeights& w = model.w;
+  const int64_t H = c.hidden_size, L = c.num_hidden_layers, V = c.vocab_size, R = c.router_hidden_size;
+  const int64_t N = int64_t(seqs.size());
+  ZAYA_CHECK(N >= 1, "zaya_forward_seqs needs at least one sequence");
+  // Validate everything before any cache changes.
+  int64_t T = 0, n_logits = 0, max_n = 0;
+  for (int64_t i = 0; i < N; i++) {
+    const SeqStep& e = seqs[i];
+    ZAYA_CHECK(e.cache && e.cache->B == 1, "sequence ", i, " of the batch needs a one-row cache");
+    ZAYA_CHECK(e.ids && e.n >= 1, "sequence ", i, " of the batch has no new tokens");
+    ZAYA_CHECK(e.logits >= 0 && e.logits <= e.n, "sequence ", i, " asks for the logits of ", e.logits,
+               " positions but has ", e.n, " new tokens");
+    for (int64_t j = 0; j < i; j++)
+      ZAYA_CHECK(seqs[j].cache != e.cache, "sequences ", j, " and ", i, " of the batch share one cache");
+    for (int64_t s = 0; s < e.n; s++)
+      ZAYA_CHECK(e.ids[s] >= 0 && e.ids[s] < V, "token id ", e.ids[s], " at position ", s, " of sequence ", i,
+                 " is outside the vocabulary [0, ", V, ")");
+    T += e.n;
+    n_logits += e.logits;
+    max_n = std::max(max_n, e.n);
+  }
+
+  // Rows: sequence after sequence. Positions continue each cache.
+  std::vector<int32_t> ids(T);
+  int64_t* pos = grow(sc.positions, T);
+  BlockCall call;
+  call.T = T;
+  call.max_n = max_n;
+  call.segs.resize(N);
+  for (int64_t i = 0, t0 = 0; i < N; i++) {
+    const SeqStep& e = seqs[i];
+    ZayaCache& cache = *e.cache;
+    std::copy(e.ids, e.ids + e.n, ids.begin() + t0);
+    for (int64_t s = 0; s < e.n; s++) pos[t0 + s] = cache.seen + s;
+    cache.key_valid[0].insert(cache.key_valid[0].end(), e.n, uint8_t(1));
+    cache.reserve(c, e.n);
+    BlockSegment& sg = call.segs[i];
+    sg.t0 = t0;
+    sg.n = e.n;
+    sg.cache = &cache;
+    sg.row = 0;
+    sg.has_state = cache.has_state;
+    t0 += e.n;
+  }
+  // Pointers into vectors that the loop above may have grown.
+  for (int64_t i = 0; i < N; i++) {
+    call.segs[i].pos = pos + call.segs[i].t0;
+    call.segs[i].key_valid = &seqs[i].cache->key_valid[0];
+  }
+
+  float* x = grow(sc.x, T * H);
+  float* rho_prev = grow(sc.rho_prev, T * R);
+  embed_rows(x, ids.data(), T, w, H, V);
+  for (int64_t li = 0; li < L; li++) {
+    block_forward(model, li, call, x, rho_prev, nullptr, nullptr, nullptr, sc);
+    std::memcpy(rho_prev, sc.rho.data(), T * R * sizeof(float));
+  }
+  for (const SeqStep& e : seqs) {
+    e.cache->seen += e.n;
+    e.cache->has_state = true;
+  }
+
+  // ---- Final norm and LM head (spec §5.9) over the wanted rows only ----
+  logit_row.assign(N, 0);
+  float* z = grow(sc.z, std::max<int64_t>(n_logits, 1) * H);
+  std::vector<float> rows(std::max<int64_t>(n_logits, 1) * H);
+  for (int64_t i = 0, r = 0, t0 = 0; i < N; i++) {
+    logit_row[i] = r;
+    const SeqStep& e = seqs[i];
+    for (int64_t s = e.n - e.logits; s < e.n; s++, r++)
+      std::memcpy(rows.data() + r * H, x + (t0 + s) * H, H * sizeof(float));
+    t0 += e.n;
+  }
+  logits.resize(n_logits * V);
+  if (n_logits == 0) return;
+  rmsnorm_forward(z, nullptr, rows.data(), w.final_norm.f32(), n_logits, H, float(c.rms_norm_eps));
+  linear_strided(logits.data(), V, z, w.lm_head, opt_f32(w.lm_head_bias), n_logits);
+}
+
 void zaya_recompute_block(const ZayaModel& model, const Activations& acts, int64_t li, LayerActivations& out,
                           ForwardScratch& sc) {
   ZAYA_PROFILE_SCOPE("recompute_block");
@@ -452,32 +569,30 @@ void zaya_recompute_block(const ZayaModel& model, const Activations& acts, int64
   // stride of the keys depends on it, never a value).
   int64_t* pos = grow(sc.positions, S);
   for (int64_t s = 0; s < S; s++) pos[s] = s;
-  std::vector<std::vector<uint8_t>> key_valid(B);
+  ZayaCache cache;  // only layer li is filled
+  cache.B = B;
+  cache.layers.resize(L);
+  cache.key_valid.resize(B);
   for (int64_t b = 0; b < B; b++) {
-    key_valid[b].assign(S, 1);
+    cache.key_valid[b].assign(S, 1);
     if (!acts.mask.empty())
-      for (int64_t s = 0; s < S; s++) key_valid[b][s] = acts.mask[b * S + s] != 0;
+      for (int64_t s = 0; s < S; s++) cache.key_valid[b][s] = acts.mask[b * S + s] != 0;
   }
-  ZayaLayerCache lc;
+  ZayaLayerCache& lc = cache.layers[li];
   lc.conv.assign(B * P * C, 0.f);
   lc.dv.assign(B * Kv / 2, 0.f);
   lc.cap = std::max<int64_t>(S, 64);
   lc.k.resize(B * c.num_key_value_heads * lc.cap * c.head_dim);
   lc.v.resize(lc.k.size());
 
-  BlockCall call;
-  call.B = B;
-  call.S = S;
+  BlockCall call = rows_call(cache, B, S, pos);
   call.mask = acts.mask.empty() ? nullptr : acts.mask.data();
   call.zero_pads = acts.zero_pads;
-  call.pos = pos;
-  call.has_state = false;
-  call.key_valid = &key_valid;
   call.training = true;
   float* x = grow(sc.x, T * H);
   std::memcpy(x, kept.x.data(), T * H * sizeof(float));
-  block_forward(model, li, call, lc, x, li > 0 ? acts.layers[li - 1].rho.data() : nullptr, &out, nullptr,
-                nullptr, sc);
+  block_forward(model, li, call, x, li > 0 ? acts.layers[li - 1].rho.data() : nullptr, &out, nullptr, nullptr,
+                sc);
   ZAYA_ASSERT(out.choice == kept.choice, "a recomputed block routes exactly as the original forward");
 }
 

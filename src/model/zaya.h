@@ -114,6 +114,22 @@ void zaya_forward(const ZayaModel& model, ZayaCache& cache, const int32_t* ids, 
                   int64_t B, int64_t S, const ForwardOptions& opt, ForwardResult& out,
                   ForwardScratch& scratch);
 
+// Continuous batching: one forward over several sequences, each continuing its own one-row cache (B == 1)
+// by its own number of new tokens — prefill chunks of arriving prompts and single decode tokens in one
+// call. Projections, router, experts (grouped over all the call's tokens) and head run over all tokens at
+// once; attention runs per sequence against its own cache. Each cache advances by its entry's n tokens.
+struct SeqStep {
+  ZayaCache* cache = nullptr;    // the sequence's state: B == 1, a distinct cache per entry
+  const int32_t* ids = nullptr;  // [n] new tokens
+  int64_t n = 0;                 // >= 1
+  int64_t logits = 1;            // logits of the last `logits` new positions (0..n; 0 = none)
+};
+// logits[Σ entries' `logits`, V]: entry i's rows start at row logit_row[i] (in entry order, positions in
+// order). Throws zaya::Error for token ids outside [0, vocab) or a malformed entry (the caches are then
+// unchanged only if the error came before the blocks ran: validate ids first).
+void zaya_forward_seqs(const ZayaModel& model, const std::vector<SeqStep>& seqs, std::vector<float>& logits,
+                       std::vector<int64_t>& logit_row, ForwardScratch& scratch);
+
 // Recomputation: re-runs block `li` (in [0, L)) of the recording forward that filled `acts` (with
 // ForwardOptions::recompute) from what it kept — the block input acts.layers[li].x [T, H] and the previous
 // block's router state acts.layers[li-1].rho [T, R] — and records all of the block's intermediates into
