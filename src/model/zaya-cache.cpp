@@ -44,6 +44,37 @@ void ZayaCache::reserve(const ZayaConfig& cfg, int64_t n) {
   }
 }
 
+void ZayaCache::assign_state(const ZayaConfig& cfg, const ZayaCache& src) {
+  if (layers.size() != src.layers.size() || B != src.B) *this = ZayaCache(cfg, src.B);
+  const int64_t Hk = cfg.num_key_value_heads, d = cfg.head_dim;
+  seen = src.seen;
+  has_state = src.has_state;
+  key_valid = src.key_valid;
+  for (size_t li = 0; li < layers.size(); li++) {
+    ZayaLayerCache& l = layers[li];
+    const ZayaLayerCache& s = src.layers[li];
+    if (l.cap < s.len) {
+      l.cap = s.len;
+      l.k.assign(B * Hk * l.cap * d, 0.f);
+      l.v.assign(B * Hk * l.cap * d, 0.f);
+    }
+    for (int64_t bh = 0; s.len > 0 && bh < B * Hk; bh++) {
+      std::memcpy(l.k.data() + bh * l.cap * d, s.k.data() + bh * s.cap * d, s.len * d * sizeof(float));
+      std::memcpy(l.v.data() + bh * l.cap * d, s.v.data() + bh * s.cap * d, s.len * d * sizeof(float));
+    }
+    l.len = s.len;
+    l.start = s.start;
+    l.conv = s.conv;
+    l.dv = s.dv;
+  }
+}
+
+ZayaCache ZayaCache::compact_copy(const ZayaConfig& cfg) const {
+  ZayaCache c(cfg, B);
+  c.assign_state(cfg, *this);
+  return c;
+}
+
 size_t ZayaCache::bytes() const {
   size_t n = 0;
   for (const auto& l : layers) n += (l.k.size() + l.v.size() + l.conv.size() + l.dv.size()) * sizeof(float);

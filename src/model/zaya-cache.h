@@ -33,6 +33,10 @@ struct ZayaCache {
   void reserve(const ZayaConfig& cfg, int64_t n);
   // Bytes held by K/V and the fixed states.
   size_t bytes() const;
+  // Makes this cache hold exactly `src`'s state (same batch), keeping this cache's key capacity when it is
+  // large enough (a serving slot keeps its ctx_size allocation). `compact`: capacity = the stored keys.
+  void assign_state(const ZayaConfig& cfg, const ZayaCache& src);
+  ZayaCache compact_copy(const ZayaConfig& cfg) const;
 };
 
 }  // namespace zaya
