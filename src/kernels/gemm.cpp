@@ -35,6 +35,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -46,6 +47,7 @@
 
 #include "core/error.h"
 #include "core/threads.h"
+#include "kernels/gemm_rows.h"
 #include "kernels/gemm_small.h"
 
 namespace zaya {
@@ -347,7 +349,24 @@ void onednn_gemm(bool runtime_m, bool runtime_k, int64_t M, int64_t N, int64_t K
 // ---------------------------------------------------------------------------------------------------------
 // Dispatch.
 
+// The batch-invariance switch: -1 until first read (then ZAYA_BATCH_INVARIANT decides), else 0 or 1.
+std::atomic<int> g_batch_invariant{-1};
+
+bool batch_invariant_now() {
+  int v = g_batch_invariant.load(std::memory_order_relaxed);
+  if (v < 0) {
+    const char* env = std::getenv("ZAYA_BATCH_INVARIANT");
+    const int from_env = env != nullptr && env[0] != '\0' && std::strcmp(env, "0") != 0 ? 1 : 0;
+    int expected = -1;
+    g_batch_invariant.compare_exchange_strong(expected, from_env);
+    v = g_batch_invariant.load(std::memory_order_relaxed);
+  }
+  return v == 1;
+}
+
 GemmBackend choose_backend(int64_t M, int64_t N, int64_t K, bool bf16) {
+  // Batch-invariant mode: one backend, one order per element, whatever M is (gemm_rows.h).
+  if (batch_invariant_now()) return GemmBackend::RowInvariant;
   // The measurements behind each rule are in the table at the top of this file.
   // Tiny fp32 products: zaya's small kernel (0.35 us at 16^3 vs oneDNN's 1.9 us call overhead; past ~0.1
   // MFLOP oneDNN is faster: 48^3 4 vs 7 us, 1x256x256 rt-M 6 vs 9 us; bench/gemm_bench, Zen 5).
@@ -388,6 +407,8 @@ const char* gemm_backend_name(GemmBackend backend) {
       return "openblas";
     case GemmBackend::Reference:
       return "reference";
+    case GemmBackend::RowInvariant:
+      return "row-invariant";
   }
   return "?";
 }
@@ -421,6 +442,10 @@ void gemm_with(GemmBackend backend, int64_t M, int64_t N, int64_t K, float alpha
     openblas_gemm(M, N, K, alpha, A, B, beta, C, ldc);
     return;
   }
+  if (backend == GemmBackend::RowInvariant) {
+    gemm_rows(M, N, K, alpha, A, B, beta, C, ldc, gemm_threads(2.0 * M * N * K));
+    return;
+  }
   MatRef a = A, b = B;
   if (bf16 && a.dtype == DType::F32) a = to_bf16(a, a.trans ? K : M, a.trans ? M : K, t_bf16_a);
   if (bf16 && b.dtype == DType::F32) b = to_bf16(b, b.trans ? N : K, b.trans ? K : N, t_bf16_b);
@@ -431,6 +456,14 @@ void gemm_with(GemmBackend backend, int64_t M, int64_t N, int64_t K, float alpha
 void gemm(int64_t M, int64_t N, int64_t K, float alpha, const MatRef& A, const MatRef& B, float beta,
           float* C, int64_t ldc) {
   gemm_with(GemmBackend::Auto, M, N, K, alpha, A, B, beta, C, ldc);
+}
+
+void set_gemm_batch_invariant(bool on) {
+  g_batch_invariant.store(on ? 1 : 0, std::memory_order_relaxed);
+}
+
+bool gemm_batch_invariant() {
+  return batch_invariant_now();
 }
 
 int64_t gemm_cached_primitives() {
