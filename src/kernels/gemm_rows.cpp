@@ -103,8 +103,9 @@ void dot_block_f32(const float* a, int64_t lda, const float* b, int64_t ldb, int
   for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
     for (int j = 0; j < kRows; j++) acc[r][j] = _mm512_setzero_ps();
-  const int64_t kfull = K / kLanes * kLanes;
-  auto step = [&](int64_t k, __mmask16 mk) {
+  // One loop, the mask computed per step (all lanes but at the tail).
+  for (int64_t k = 0; k < K; k += kLanes) {
+    const __mmask16 mk = mask16(K - k);
     __m512 bv[kRows];
 #pragma GCC unroll 4
     for (int j = 0; j < kRows; j++) bv[j] = _mm512_maskz_loadu_ps(mk, br[j] + k);
@@ -114,12 +115,13 @@ void dot_block_f32(const float* a, int64_t lda, const float* b, int64_t ldb, int
 #pragma GCC unroll 4
       for (int j = 0; j < kRows; j++) acc[r][j] = _mm512_fmadd_ps(av, bv[j], acc[r][j]);
     }
-  };
-  for (int64_t k = 0; k < kfull; k += kLanes) step(k, 0xFFFF);
-  if (kfull < K) step(kfull, mask16(K - kfull));
+  }
   const int64_t cols = std::min<int64_t>(kRows, N - n0);
+  // Constant indices only (unrolled), so the accumulators stay in registers through the loop above.
+#pragma GCC unroll 4
   for (int r = 0; r < R; r++) {
     float s[kRows];
+#pragma GCC unroll 4
     for (int j = 0; j < kRows; j++) s[j] = lane_sum(acc[r][j]);
     store(c + r * ldc + n0, s, cols, alpha, beta);
   }
@@ -144,8 +146,8 @@ void dot_block_bf16(const uint16_t* a, int64_t lda, const uint16_t* b, int64_t l
   for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
     for (int j = 0; j < kRows; j++) acc[r][j] = _mm512_setzero_ps();
-  const int64_t kfull = K / 32 * 32;
-  auto step = [&](int64_t k, __mmask32 mk) {
+  for (int64_t k = 0; k < K; k += 32) {
+    const __mmask32 mk = mask32(K - k);
     __m512bh bv[kRows];
 #pragma GCC unroll 4
     for (int j = 0; j < kRows; j++) bv[j] = (__m512bh)_mm512_maskz_loadu_epi16(mk, br[j] + k);
@@ -155,12 +157,13 @@ void dot_block_bf16(const uint16_t* a, int64_t lda, const uint16_t* b, int64_t l
 #pragma GCC unroll 4
       for (int j = 0; j < kRows; j++) acc[r][j] = _mm512_dpbf16_ps(acc[r][j], av, bv[j]);
     }
-  };
-  for (int64_t k = 0; k < kfull; k += 32) step(k, 0xFFFFFFFFu);
-  if (kfull < K) step(kfull, mask32(K - kfull));
+  }
   const int64_t cols = std::min<int64_t>(kRows, N - n0);
+  // Constant indices only (unrolled), so the accumulators stay in registers through the loop above.
+#pragma GCC unroll 4
   for (int r = 0; r < R; r++) {
     float s[kRows];
+#pragma GCC unroll 4
     for (int j = 0; j < kRows; j++) s[j] = lane_sum(acc[r][j]);
     store(c + r * ldc + n0, s, cols, alpha, beta);
   }
