@@ -20,7 +20,8 @@ namespace {
 // tile's rows pass over it four at a time.
 constexpr int64_t kTileRows = 64;
 constexpr int64_t kTileCols = 64;
-constexpr int kRows = 4;  // C rows and columns per register block (dot form)
+constexpr int kRows = 4;                      // C rows and columns per register block (dot form)
+constexpr int64_t kPrefetchRows = 2 * kRows;  // B rows ahead that a block prefetches
 
 // Packed copies of the operands (per calling thread; filled before the parallel region).
 thread_local std::vector<float> t_a32, t_b32;
@@ -81,9 +82,10 @@ inline __mmask16 mask16(int64_t lanes) {
 
 // The tree gemm_small.cpp's lane_sums4 computes (l + 8, l + 4, l + 2, l + 1), one vector at a time: the
 // same additions of the same values, so the same bits.
+// (maskz extracts: GCC 12 warns that the unmasked forms read an undefined value.)
 inline float lane_sum(__m512 v) {
-  const __m256 lo = _mm512_castps512_ps256(v);
-  const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+  const __m256 lo = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, _mm512_castps_pd(v), 0));
+  const __m256 hi = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, _mm512_castps_pd(v), 1));
   const __m256 s8 = _mm256_add_ps(lo, hi);                                                 // l + l+8
   const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));  // l + l+4
   const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));                                 // l + l+2
@@ -106,6 +108,11 @@ void dot_block_f32(const float* a, int64_t lda, const float* b, int64_t ldb, int
   // One loop, the mask computed per step (all lanes but at the tail).
   for (int64_t k = 0; k < K; k += kLanes) {
     const __mmask16 mk = mask16(K - k);
+    // The B rows two blocks on (weights stream from memory in decode-sized products): prefetching never
+    // faults, past the end of B included, and changes no arithmetic.
+#pragma GCC unroll 4
+    for (int j = 0; j < kRows; j++)
+      _mm_prefetch(reinterpret_cast<const char*>(br[j] + kPrefetchRows * ldb + k), _MM_HINT_T0);
     __m512 bv[kRows];
 #pragma GCC unroll 4
     for (int j = 0; j < kRows; j++) bv[j] = _mm512_maskz_loadu_ps(mk, br[j] + k);
@@ -148,6 +155,9 @@ void dot_block_bf16(const uint16_t* a, int64_t lda, const uint16_t* b, int64_t l
     for (int j = 0; j < kRows; j++) acc[r][j] = _mm512_setzero_ps();
   for (int64_t k = 0; k < K; k += 32) {
     const __mmask32 mk = mask32(K - k);
+#pragma GCC unroll 4
+    for (int j = 0; j < kRows; j++)
+      _mm_prefetch(reinterpret_cast<const char*>(br[j] + kPrefetchRows * ldb + k), _MM_HINT_T0);
     __m512bh bv[kRows];
 #pragma GCC unroll 4
     for (int j = 0; j < kRows; j++) bv[j] = (__m512bh)_mm512_maskz_loadu_epi16(mk, br[j] + k);
