@@ -34,8 +34,8 @@
 // row's bits depend on M: the backend changes with M (Small for tiny fp32 products, rt-M gemm:jit for fp32
 // below 16 rows and for every 1-row product, brgemm fixed shapes otherwise), and each has its own order of
 // the sum over K. tests/batch_invariance_test.cpp measured it on this machine (rows compared with the same
-// rows of a 600-row product): fp32, rows of every product at M in {1..15} differ (mid.json: 46 of 104
-// (product, M) cases; the golden config: 56 of 104, its products being tiny); bf16, M = 1 differs for
+// rows of a 600-row product): fp32, rows of every product at M < 16 differ (lm_head: M < 8; mid.json: 46 of
+// 104 (product, M) cases; the golden config: 56 of 104, its products being tiny); bf16, M = 1 differs for
 // every product (8 of 104); brgemm's fixed shapes gave the same rows for every M >= 16 here, but nothing in
 // oneDNN promises that (its blocking and K split are chosen per shape and thread count). Grouped experts:
 // 17-24 of 27 token sets changed some shared token's output. With the switch on, every product runs on
@@ -45,11 +45,12 @@
 // fp32 operand is element-wise. So row r of C is a function of row r of op(A), of B, alpha, beta and row r
 // of C, bitwise, for any M, thread count or parallel region; the test checks the mid.json and golden
 // products at 13 row counts (fp32 and bf16 weights), the grouped experts, and a whole model's logits
-// across batch sizes.
+// across batch sizes and prefill chunkings.
 // Cost, measured with interleaved repetitions (zaya bench decode --config configs/mid.json --batches
 // 1,4,8,16 --prefill 16 --steps 16 --repeats 9 --compare-invariant; median of paired ratios, invariant /
 // default): decode tokens/s fp32 1.14 / 1.29 / 1.18 / 1.12, bf16 1.08 / 1.37 / 1.27 / 1.19 at B = 1 / 4 /
-// 8 / 16 (decode products are 1-16 rows, where the row kernel streams the weights as well as oneDNN's
+// 8 / 16 (a second run, machine loaded: fp32 1.01 / 1.46 / 1.09 / 1.11, bf16 0.95 / 1.22 / 1.11 / 1.11;
+// decode products are 1-16 rows, where the row kernel streams the weights as well as oneDNN's
 // GEMV and beats its small-M paths); so no cost for decode. Long prefill pays: zaya bench forward
 // --batch 1 --seq 512 gives 0.71-0.75x (fp32) and 0.68-0.70x (bf16) tokens/s, the row kernel reaching
 // ~50-80% of oneDNN's big-M GFLOP/s (bench/gemm_bench: 2048x1024x1024 f32 153 vs 332, bf16 weights 421 vs
