@@ -141,6 +141,10 @@ int register_all() {
       // Decode (one or a few tokens) and per-head attention-sized products: here call overhead matters.
       {"decode_qk_proj", Layout::Fwd, 1, 1280, H},
       {"decode_lm_head", Layout::Fwd, 1, kVocab, H},
+      {"decode16_lm_head", Layout::Fwd, 16, kVocab, H},
+      {"decode16_qk_proj", Layout::Fwd, 16, 1280, H},
+      {"rows1_gate_up", Layout::Fwd, 1, 2 * I, H},
+      {"rows2_gate_up", Layout::Fwd, 2, 2 * I, H},
       {"decode4_o_proj", Layout::Fwd, 4, H, H},
       {"rows8_gate_up", Layout::Fwd, 8, 2 * I, H},
       {"rows16_gate_up", Layout::Fwd, 16, 2 * I, H},
@@ -160,16 +164,18 @@ int register_all() {
     const char* types;
   };
   const std::vector<Variant> variants = {
-      {GemmBackend::OneDnn, "f32"},  {GemmBackend::OneDnnRuntimeM, "f32"},  {GemmBackend::OpenBlas, "f32"},
-      {GemmBackend::OneDnn, "bf16"}, {GemmBackend::OneDnnRuntimeM, "bf16"}, {GemmBackend::Auto, "f32"},
-      {GemmBackend::Auto, "bf16"},   {GemmBackend::Auto, "mixed"},          {GemmBackend::Reference, "f32"},
-      {GemmBackend::Small, "f32"},
+      {GemmBackend::OneDnn, "f32"},          {GemmBackend::OneDnnRuntimeM, "f32"},
+      {GemmBackend::OpenBlas, "f32"},        {GemmBackend::OneDnn, "bf16"},
+      {GemmBackend::OneDnnRuntimeM, "bf16"}, {GemmBackend::Auto, "f32"},
+      {GemmBackend::Auto, "bf16"},           {GemmBackend::Auto, "mixed"},
+      {GemmBackend::Reference, "f32"},       {GemmBackend::Small, "f32"},
+      {GemmBackend::RowInvariant, "f32"},    {GemmBackend::RowInvariant, "mixed"},
   };
   for (const Product& p : products) {
     for (const Variant& v : variants) {
       if (v.types == std::string("mixed") && p.layout != Layout::Fwd) continue;
       if (v.backend == GemmBackend::Reference && double(p.M) * p.N * p.K > 1e6)
-        continue;  // too slow to matter
+        continue;                                                                    // too slow to matter
       if (v.backend == GemmBackend::Small && 2.0 * p.M * p.N * p.K > 2e7) continue;  // tiny products only
       std::string name = std::string("gemm/") + p.name + "/" + layout_name(p.layout) + "/" +
                          std::to_string(p.M) + "x" + std::to_string(p.N) + "x" + std::to_string(p.K) + "/" +

@@ -134,14 +134,14 @@ void check_backend(GemmBackend backend, DType a_type, DType b_type, double rtol)
 TEST(Gemm, Fp32AllBackends) {
   for (GemmBackend b :
        {GemmBackend::Auto, GemmBackend::OneDnn, GemmBackend::OneDnnRuntimeM, GemmBackend::OneDnnRuntimeMK,
-        GemmBackend::Small, GemmBackend::OpenBlas, GemmBackend::Reference}) {
+        GemmBackend::Small, GemmBackend::OpenBlas, GemmBackend::Reference, GemmBackend::RowInvariant}) {
     check_backend(b, DType::F32, DType::F32, 1e-5);
   }
 }
 
 TEST(Gemm, Bf16AllBackends) {
   for (GemmBackend b : {GemmBackend::Auto, GemmBackend::OneDnn, GemmBackend::OneDnnRuntimeM,
-                        GemmBackend::OneDnnRuntimeMK, GemmBackend::Reference}) {
+                        GemmBackend::OneDnnRuntimeMK, GemmBackend::Reference, GemmBackend::RowInvariant}) {
     check_backend(b, DType::BF16, DType::BF16, 1e-3);
   }
 }
@@ -151,6 +151,8 @@ TEST(Gemm, Bf16AllBackends) {
 TEST(Gemm, MixedFp32Bf16) {
   check_backend(GemmBackend::Auto, DType::F32, DType::BF16, 1e-3);
   check_backend(GemmBackend::Auto, DType::BF16, DType::F32, 1e-3);
+  check_backend(GemmBackend::RowInvariant, DType::F32, DType::BF16, 1e-3);
+  check_backend(GemmBackend::RowInvariant, DType::BF16, DType::F32, 1e-3);
 }
 
 TEST(Gemm, MixedRoundsTheFp32Operand) {
@@ -165,7 +167,7 @@ TEST(Gemm, MixedRoundsTheFp32Operand) {
 TEST(Gemm, ZeroSizes) {
   std::vector<float> A(64, 1.0f), B(64, 1.0f);
   for (GemmBackend b : {GemmBackend::Auto, GemmBackend::OneDnn, GemmBackend::Small, GemmBackend::OpenBlas,
-                        GemmBackend::Reference}) {
+                        GemmBackend::Reference, GemmBackend::RowInvariant}) {
     SCOPED_TRACE(gemm_backend_name(b));
     // M == 0 or N == 0: nothing touched, null C allowed.
     gemm_with(b, 0, 4, 4, 1.0f, mat(A.data(), 4), mat(B.data(), 4), 0.0f, nullptr, 4);
@@ -320,6 +322,52 @@ TEST(Gemm, SmallKernelComputesTheDocumentedOrder) {
   gemm(8, 24, 32, 1.0f, A.ref(false), B.ref(true), 0.0f, a.data(), 24);
   gemm_with(GemmBackend::Small, 8, 24, 32, 1.0f, A.ref(false), B.ref(true), 0.0f, s.data(), 24);
   EXPECT_EQ(a, s);
+}
+
+// The batch-invariant backend computes, in fp32, exactly the small kernel's documented order (checked
+// above), on tiles spread over the threads: bitwise equal to Small for every layout, beyond one tile in M
+// and N, from outside a parallel region (two threads) and inside one.
+TEST(Gemm, RowInvariantFp32EqualsSmallKernel) {
+  std::mt19937 rng(17);
+  const int64_t M = 133, N = 150, K = 301;
+  for (int layout = 0; layout < 4; layout++) {
+    const bool ta = layout & 1, tb = layout & 2;
+    SCOPED_TRACE(::testing::Message() << "ta=" << ta << " tb=" << tb);
+    Stored A = ta ? make_stored(K, M, 3, false, rng) : make_stored(M, K, 2, false, rng);
+    Stored B = tb ? make_stored(N, K, 1, false, rng) : make_stored(K, N, 4, false, rng);
+    for (float beta : {0.0f, 0.75f}) {
+      const int64_t ldc = N + 5;
+      std::vector<float> C0(size_t(M * ldc));
+      for (float& v : C0) v = std::uniform_real_distribution<float>(-1, 1)(rng);
+      std::vector<float> small = C0, rows = C0, in_region = C0;
+      gemm_with(GemmBackend::Small, M, N, K, 1.5f, A.ref(ta), B.ref(tb), beta, small.data(), ldc);
+      gemm_with(GemmBackend::RowInvariant, M, N, K, 1.5f, A.ref(ta), B.ref(tb), beta, rows.data(), ldc);
+#pragma omp parallel num_threads(2)
+      {
+#pragma omp single
+        gemm_with(GemmBackend::RowInvariant, M, N, K, 1.5f, A.ref(ta), B.ref(tb), beta, in_region.data(),
+                  ldc);
+      }
+      EXPECT_EQ(rows, small);
+      EXPECT_EQ(in_region, small);
+    }
+  }
+}
+
+// The switch: Auto follows it, and it reads back.
+TEST(Gemm, BatchInvariantSwitchSelectsRowInvariant) {
+  const bool saved = gemm_batch_invariant();
+  std::mt19937 rng(3);
+  Stored A = make_stored(37, 96, 0, true, rng), B = make_stored(200, 96, 0, true, rng);
+  std::vector<float> want(37 * 200), got(37 * 200);
+  gemm_with(GemmBackend::RowInvariant, 37, 200, 96, 1.0f, A.ref(false), B.ref(true), 0.0f, want.data(), 200);
+  set_gemm_batch_invariant(true);
+  EXPECT_TRUE(gemm_batch_invariant());
+  gemm(37, 200, 96, 1.0f, A.ref(false), B.ref(true), 0.0f, got.data(), 200);
+  EXPECT_EQ(got, want);
+  set_gemm_batch_invariant(false);
+  EXPECT_FALSE(gemm_batch_invariant());
+  set_gemm_batch_invariant(saved);
 }
 
 TEST(Gemm, PrimitiveCacheIsReused) {

@@ -29,12 +29,39 @@
 // register tile, but collapses at 16 rows); fixed shapes otherwise, where rt-M loses up to 2x (expert-sized
 // M=128, narrow N). Fixed shapes cost one primitive per M (~100 us to create, ~60 KB): the cache below
 // holds them, so a new expert row count costs one creation, once.
+//
+// Batch invariance (set_gemm_batch_invariant, ZAYA_BATCH_INVARIANT=1; issue 13). The choice above makes a
+// row's bits depend on M: the backend changes with M (Small for tiny fp32 products, rt-M gemm:jit for fp32
+// below 16 rows and for every 1-row product, brgemm fixed shapes otherwise), and each has its own order of
+// the sum over K. tests/batch_invariance_test.cpp measured it on this machine (rows compared with the same
+// rows of a 600-row product): fp32, rows of every product at M < 16 differ (lm_head: M < 8; mid.json: 46 of
+// 104 (product, M) cases; the golden config: 56 of 104, its products being tiny); bf16, M = 1 differs for
+// every product (8 of 104); brgemm's fixed shapes gave the same rows for every M >= 16 here, but nothing in
+// oneDNN promises that (its blocking and K split are chosen per shape and thread count). Grouped experts:
+// 17-24 of 27 token sets changed some shared token's output. With the switch on, every product runs on
+// RowInvariant (gemm_rows.h): each element of C is one fixed sequence of operations that depends only on
+// K, the dtypes and B's layout (16 fp32 lanes over k mod 16, or vdpbf16ps lanes over k pairs, then a
+// fixed tree), the tiles over threads change only who computes an element, and the bf16 rounding of an
+// fp32 operand is element-wise. So row r of C is a function of row r of op(A), of B, alpha, beta and row r
+// of C, bitwise, for any M, thread count or parallel region; the test checks the mid.json and golden
+// products at 13 row counts (fp32 and bf16 weights), the grouped experts, and a whole model's logits
+// across batch sizes and prefill chunkings.
+// Cost, measured with interleaved repetitions (zaya bench decode --config configs/mid.json --batches
+// 1,4,8,16 --prefill 16 --steps 16 --repeats 9 --compare-invariant; median of paired ratios, invariant /
+// default): decode tokens/s fp32 1.14 / 1.29 / 1.18 / 1.12, bf16 1.08 / 1.37 / 1.27 / 1.19 at B = 1 / 4 /
+// 8 / 16 (a second run, machine loaded: fp32 1.01 / 1.46 / 1.09 / 1.11, bf16 0.95 / 1.22 / 1.11 / 1.11;
+// decode products are 1-16 rows, where the row kernel streams the weights as well as oneDNN's
+// GEMV and beats its small-M paths); so no cost for decode. Long prefill pays: zaya bench forward
+// --batch 1 --seq 512 gives 0.71-0.75x (fp32) and 0.68-0.70x (bf16) tokens/s, the row kernel reaching
+// ~50-80% of oneDNN's big-M GFLOP/s (bench/gemm_bench: 2048x1024x1024 f32 153 vs 332, bf16 weights 421 vs
+// 703; lm_head 2048 rows f32 209 vs 320, bf16 488 vs 605).
 #include "kernels/gemm.h"
 
 #include <cblas.h>
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -46,6 +73,7 @@
 
 #include "core/error.h"
 #include "core/threads.h"
+#include "kernels/gemm_rows.h"
 #include "kernels/gemm_small.h"
 
 namespace zaya {
@@ -347,7 +375,23 @@ void onednn_gemm(bool runtime_m, bool runtime_k, int64_t M, int64_t N, int64_t K
 // ---------------------------------------------------------------------------------------------------------
 // Dispatch.
 
-GemmBackend choose_backend(int64_t M, int64_t N, int64_t K, bool bf16) {
+// The batch-invariance switch: -1 until first read (then ZAYA_BATCH_INVARIANT decides), else 0 or 1.
+std::atomic<int> g_batch_invariant{-1};
+
+bool batch_invariant_now() {
+  int v = g_batch_invariant.load(std::memory_order_relaxed);
+  if (v < 0) {
+    const char* env = std::getenv("ZAYA_BATCH_INVARIANT");
+    const int from_env = env != nullptr && env[0] != '\0' && std::strcmp(env, "0") != 0 ? 1 : 0;
+    int expected = -1;
+    g_batch_invariant.compare_exchange_strong(expected, from_env);
+    v = g_batch_invariant.load(std::memory_order_relaxed);
+  }
+  return v == 1;
+}
+
+// The fastest backend for a shape (the default mode).
+GemmBackend choose_fast_backend(int64_t M, int64_t N, int64_t K, bool bf16) {
   // The measurements behind each rule are in the table at the top of this file.
   // Tiny fp32 products: zaya's small kernel (0.35 us at 16^3 vs oneDNN's 1.9 us call overhead; past ~0.1
   // MFLOP oneDNN is faster: 48^3 4 vs 7 us, 1x256x256 rt-M 6 vs 9 us; bench/gemm_bench, Zen 5).
@@ -358,6 +402,12 @@ GemmBackend choose_backend(int64_t M, int64_t N, int64_t K, bool bf16) {
   if (!bf16 && M < 16 && N <= 4096) return GemmBackend::OneDnnRuntimeM;
   if (M >= 1024 && N >= 1024 && K >= 1024) return GemmBackend::OneDnnRuntimeM;
   return GemmBackend::OneDnn;
+}
+
+GemmBackend choose_backend(int64_t M, int64_t N, int64_t K, bool bf16) {
+  // Batch-invariant mode: one backend, one order per element, whatever M is (gemm_rows.h).
+  if (batch_invariant_now()) return GemmBackend::RowInvariant;
+  return choose_fast_backend(M, N, K, bf16);
 }
 
 void check_operand(const char* name, const MatRef& X, int64_t rows, int64_t cols) {
@@ -388,6 +438,8 @@ const char* gemm_backend_name(GemmBackend backend) {
       return "openblas";
     case GemmBackend::Reference:
       return "reference";
+    case GemmBackend::RowInvariant:
+      return "row-invariant";
   }
   return "?";
 }
@@ -421,6 +473,10 @@ void gemm_with(GemmBackend backend, int64_t M, int64_t N, int64_t K, float alpha
     openblas_gemm(M, N, K, alpha, A, B, beta, C, ldc);
     return;
   }
+  if (backend == GemmBackend::RowInvariant) {
+    gemm_rows(M, N, K, alpha, A, B, beta, C, ldc, gemm_threads(2.0 * M * N * K));
+    return;
+  }
   MatRef a = A, b = B;
   if (bf16 && a.dtype == DType::F32) a = to_bf16(a, a.trans ? K : M, a.trans ? M : K, t_bf16_a);
   if (bf16 && b.dtype == DType::F32) b = to_bf16(b, b.trans ? N : K, b.trans ? K : N, t_bf16_b);
@@ -431,6 +487,14 @@ void gemm_with(GemmBackend backend, int64_t M, int64_t N, int64_t K, float alpha
 void gemm(int64_t M, int64_t N, int64_t K, float alpha, const MatRef& A, const MatRef& B, float beta,
           float* C, int64_t ldc) {
   gemm_with(GemmBackend::Auto, M, N, K, alpha, A, B, beta, C, ldc);
+}
+
+void set_gemm_batch_invariant(bool on) {
+  g_batch_invariant.store(on ? 1 : 0, std::memory_order_relaxed);
+}
+
+bool gemm_batch_invariant() {
+  return batch_invariant_now();
 }
 
 int64_t gemm_cached_primitives() {
@@ -470,7 +534,9 @@ double measure_gemm_peak_gflops(DType dtype) {
       }
     }
   }
-  auto run = [&] { gemm(n, n, n, 1.0f, mat(a, n), mat(b, n, true), 0.0f, c.f32(), n); };
+  // The machine's peak: the default mode's backend even while the batch-invariant mode is on.
+  const GemmBackend backend = choose_fast_backend(n, n, n, dtype == DType::BF16);
+  auto run = [&] { gemm_with(backend, n, n, n, 1.0f, mat(a, n), mat(b, n, true), 0.0f, c.f32(), n); };
   run();  // warmup: primitive creation, page faults, clocks
   double best = 1e30;
   for (int rep = 0; rep < 4; rep++) {

@@ -45,13 +45,37 @@ void gemm(int64_t M, int64_t N, int64_t K, float alpha, const MatRef& A, const M
 //                  by construction, independent of OPENBLAS_CORETYPE
 //   OpenBlas       cblas_sgemm, single-threaded calls split over the OpenMP threads (fp32 only; its kernel
 //                  follows OPENBLAS_CORETYPE, so Auto never chooses it: a benchmark and cross-check)
+//   RowInvariant   zaya's batch-invariant kernel (kernels/gemm_rows.h; fp32 and bf16): every element's sum
+//                  over k has one fixed order, so a row's result depends only on that row of op(A), on B,
+//                  alpha, beta and that row of C; Auto chooses it for everything while
+//                  set_gemm_batch_invariant is on
 //   Reference      plain loops with fp32 accumulation (slow; a cross-check, never chosen by Auto)
-enum class GemmBackend { Auto, OneDnn, OneDnnRuntimeM, OneDnnRuntimeMK, Small, OpenBlas, Reference };
+enum class GemmBackend {
+  Auto,
+  OneDnn,
+  OneDnnRuntimeM,
+  OneDnnRuntimeMK,
+  Small,
+  OpenBlas,
+  Reference,
+  RowInvariant
+};
 const char* gemm_backend_name(GemmBackend backend);
 
 // gemm() on a chosen backend; Small or OpenBlas with a BF16 operand throws.
 void gemm_with(GemmBackend backend, int64_t M, int64_t N, int64_t K, float alpha, const MatRef& A,
                const MatRef& B, float beta, float* C, int64_t ldc);
+
+// Batch invariance (serving, issue 13). While on, gemm() (and gemm_with(Auto), so linear_forward and the
+// grouped expert GEMMs) computes every product on the RowInvariant backend: row r of C is then bitwise a
+// function of row r of op(A), of op(B), alpha, beta and row r of C alone: never of M, of the other rows, of
+// the thread count or of whether the call runs inside an OpenMP parallel region. A continuous-batching
+// server needs this so a sequence's logits do not depend on what else shares its batch. Off, gemm() picks
+// the fastest backend per shape (whose row results can change with M). Process-wide; flip it only while no
+// gemm() call is in flight. The default is off; `ZAYA_BATCH_INVARIANT=1` in the environment turns it on at
+// start-up (read once, by the first call of either function or of gemm()).
+void set_gemm_batch_invariant(bool on);
+bool gemm_batch_invariant();
 
 // Number of oneDNN primitives currently held by gemm()'s cache (for tests and diagnostics).
 int64_t gemm_cached_primitives();

@@ -15,6 +15,10 @@ namespace zaya {
 //   W       [E, N, K] F32 or BF16 (per-expert Linear weights, [out, in] each)
 //   offsets [E+1] non-decreasing, offsets[0] == 0
 // Experts with no rows are skipped. Throws on a malformed W or offsets.
+// Each expert's product goes through gemm_with(backend): with Auto and gemm's batch-invariant mode on
+// (set_gemm_batch_invariant), a token's output row depends only on its input row and its expert's weights,
+// never on which other tokens were routed with it, the schedule or the thread a product ran on
+// (tests/batch_invariance_test.cpp).
 void grouped_linear_forward(float* out, const float* in, const Tensor& W, const int64_t* offsets, int64_t E);
 
 // How the expert GEMMs share the threads (for benchmarks; grouped_linear_forward uses Auto):
