@@ -4,6 +4,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -13,6 +14,7 @@
 #include "cli.h"
 #include "command.h"
 #include "core/error.h"
+#include "kernels/gemm.h"
 #include "model/zaya-config.h"
 #include "semantics_option.h"
 #include "serve/server.h"
@@ -67,7 +69,7 @@ int cmd_serve(int argc, char** argv) {
   std::string model_dir, tokenizer_path, dtype = "bf16", template_path, api_key_file;
   zaya::serve::ServerOptions so;
   zaya::app::SemanticsOption semantics;
-  bool no_cache_prompt = false;
+  bool no_cache_prompt = false, no_batch_invariant = false;
   app.add_option("--model", model_dir, "HF checkpoint directory")->required();
   app.add_option("--tokenizer", tokenizer_path, "tokenizer.json (default: MODEL/tokenizer.json)");
   app.add_option("--host", so.host, "address to bind")->capture_default_str();
@@ -91,12 +93,20 @@ int cmd_serve(int argc, char** argv) {
   app.add_option("--max-body-mb", so.max_body_mb, "largest request body")->capture_default_str();
   app.add_option("--chat-template", template_path,
                  "a Jinja chat template file (default: the checkpoint's, else ZAYA1's)");
+  app.add_flag(
+      "--no-batch-invariant", no_batch_invariant,
+      "the fastest per-shape GEMMs instead of the row-invariant ones (outputs then depend on the batch "
+      "in the last bits; prefill ~30% faster)");
   app.add_option("--dtype", dtype, "GEMM compute dtype")
       ->check(CLI::IsMember({"fp32", "bf16"}))
       ->capture_default_str();
   zaya::app::add_semantics_option(app, semantics);
   ZAYA_PARSE(app, argc, argv);
   so.engine.cache_prompt = !no_cache_prompt;
+  // Batch invariance on by default (docs/serving.md): a sequence's output does not depend on what else is
+  // served. ZAYA_BATCH_INVARIANT=0 in the environment turns it off like the flag.
+  const char* env_bi = std::getenv("ZAYA_BATCH_INVARIANT");
+  zaya::set_gemm_batch_invariant(!no_batch_invariant && !(env_bi && std::string(env_bi) == "0"));
   if (!api_key_file.empty()) so.api_key = trim(read_text(api_key_file));
   if (!app.count("--served-model-name"))
     so.model_name = std::filesystem::path(model_dir).lexically_normal().filename().string();
@@ -137,14 +147,15 @@ int cmd_serve(int argc, char** argv) {
   const double per_tok = double(zaya::serve::Engine::bytes_per_token(c));
   const double full_head =
       double(c.num_hidden_layers) * 2 * c.num_attention_heads * c.head_dim * sizeof(float);
-  std::fprintf(stderr,
-               "zaya serve: CCA cache %.1f KiB per token of context (a full-head KV cache: %.1f KiB, %.1fx); "
-               "%ld slots x %ld tokens = %.1f MiB, prompt-state cache up to %ld MiB\n",
-               per_tok / 1024, full_head / 1024, full_head / per_tok, long(so.engine.parallel),
-               long(so.engine.ctx_size),
-               (per_tok * so.engine.ctx_size + zaya::serve::Engine::fixed_bytes_per_seq(c)) *
-                   so.engine.parallel / (1 << 20),
-               long(so.engine.cache_prompt ? so.engine.cache_mb : 0));
+  std::fprintf(
+      stderr,
+      "zaya serve: CCA cache %.1f KiB per token of context (a full-head KV cache: %.1f KiB, %.1fx); "
+      "%ld slots x %ld tokens = %.1f MiB, prompt-state cache up to %ld MiB; batch-invariant GEMMs %s\n",
+      per_tok / 1024, full_head / 1024, full_head / per_tok, long(so.engine.parallel),
+      long(so.engine.ctx_size),
+      (per_tok * so.engine.ctx_size + zaya::serve::Engine::fixed_bytes_per_seq(c)) * so.engine.parallel /
+          (1 << 20),
+      long(so.engine.cache_prompt ? so.engine.cache_mb : 0), zaya::gemm_batch_invariant() ? "on" : "off");
   std::vector<std::string> as_text;
   for (const char* m : {"<|im_start|>", "<|im_end|>", "<think>", "</think>", "<zyphra_tool_call>",
                         "</zyphra_tool_call>", "<zyphra_tool_response>", "</zyphra_tool_response>"}) {

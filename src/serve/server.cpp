@@ -152,7 +152,9 @@ struct Server::Impl {
   void handle_completions(const httplib::Request& req, httplib::Response& res);
   void handle_chat(const httplib::Request& req, httplib::Response& res);
   std::string render_chat(const ChatRequest& r) const;
-  std::string token_text(int32_t id) const { return tok->decode({id}, false); }
+  // A checkpoint's vocabulary may be larger than its tokenizer's (padded embeddings): ids the tokenizer does
+  // not know decode to nothing rather than fail.
+  std::string token_text(int32_t id) const { return id < tok->vocab_size() ? tok->decode({id}, false) : ""; }
 };
 
 namespace {
@@ -200,7 +202,7 @@ void pump(Server::Impl& s, std::vector<ChoiceRun>& runs, int timeout_ms, OnText 
       r.logprobs.push_back(e.logprob);
       r.tops.push_back(e.top);
       if (std::find(r.stop_ids.begin(), r.stop_ids.end(), e.token) != r.stop_ids.end()) continue;
-      text += r.stop.feed(r.dec->push(e.token));
+      if (e.token < s.tok->vocab_size()) text += r.stop.feed(r.dec->push(e.token));
       if (r.stop.stopped) {
         r.finish = "stop";
         r.h->cancel();
@@ -214,6 +216,21 @@ void pump(Server::Impl& s, std::vector<ChoiceRun>& runs, int timeout_ms, OnText 
 void cancel_all(std::vector<ChoiceRun>& runs) {
   for (ChoiceRun& r : runs)
     if (!r.done) r.h->cancel();
+}
+
+// A response body writer that cannot take the server down: an exception ends the response and frees the
+// request's sequences.
+template <typename F>
+auto safe_provider(std::shared_ptr<std::vector<ChoiceRun>> runs, F f) {
+  return [runs, f](size_t offset, httplib::DataSink& sink) {
+    try {
+      return f(offset, sink);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "zaya serve: a response failed: %s\n", e.what());
+      cancel_all(*runs);
+      return false;
+    }
+  };
 }
 
 }  // namespace
@@ -382,93 +399,96 @@ void Server::Impl::handle_completions(const httplib::Request& hreq, httplib::Res
   };
 
   if (!r->stream.stream) {
-    res.set_chunked_content_provider("application/json", [=](size_t, httplib::DataSink& sink) {
-      auto t0 = Clock::now();
-      bool gone = false;
-      while (std::any_of(runs->begin(), runs->end(), [](const ChoiceRun& c) { return !c.done; })) {
-        pump(*this, *runs, 100, [](size_t, const std::string&, size_t) {});
-        // A client that went away frees its slots: probe the connection once a second with JSON whitespace.
-        if (Clock::now() - t0 > std::chrono::seconds(1)) {
-          t0 = Clock::now();
-          if (!sink.write(" ", 1)) {
-            gone = true;
-            cancel_all(*runs);
+    res.set_chunked_content_provider(
+        "application/json", safe_provider(runs, [=](size_t, httplib::DataSink& sink) {
+          auto t0 = Clock::now();
+          bool gone = false;
+          while (std::any_of(runs->begin(), runs->end(), [](const ChoiceRun& c) { return !c.done; })) {
+            pump(*this, *runs, 100, [](size_t, const std::string&, size_t) {});
+            // A client that went away frees its slots: probe the connection once a second with JSON
+            // whitespace.
+            if (Clock::now() - t0 > std::chrono::seconds(1)) {
+              t0 = Clock::now();
+              if (!sink.write(" ", 1)) {
+                gone = true;
+                cancel_all(*runs);
+              }
+            }
           }
-        }
-      }
-      if (gone) return false;
-      std::vector<CompletionChoice> choices;
-      for (size_t i = 0; i < runs->size(); i++) {
-        ChoiceRun& c = (*runs)[i];
-        CompletionChoice ch;
-        ch.index = int(i);
-        ch.text = (r->echo ? (*prompt_text)[i / n] : "") + c.stop.text;
-        ch.finish_reason = c.finish;
-        if (r->sampling.logprobs) ch.logprobs = logprobs_of(i, c, 0, 0, r->echo);
-        choices.push_back(ch);
-      }
-      Usage u = usage();
-      generation_tokens->add(double(u.completion_tokens));
-      const std::string body = completion_json(id, created, opt.model_name, choices, &u).dump();
-      sink.write(body.data(), body.size());
-      sink.done();
-      return true;
-    });
+          if (gone) return false;
+          std::vector<CompletionChoice> choices;
+          for (size_t i = 0; i < runs->size(); i++) {
+            ChoiceRun& c = (*runs)[i];
+            CompletionChoice ch;
+            ch.index = int(i);
+            ch.text = (r->echo ? (*prompt_text)[i / n] : "") + c.stop.text;
+            ch.finish_reason = c.finish;
+            if (r->sampling.logprobs) ch.logprobs = logprobs_of(i, c, 0, 0, r->echo);
+            choices.push_back(ch);
+          }
+          Usage u = usage();
+          generation_tokens->add(double(u.completion_tokens));
+          const std::string body = completion_json(id, created, opt.model_name, choices, &u).dump();
+          sink.write(body.data(), body.size());
+          sink.done();
+          return true;
+        }));
     return;
   }
   res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider("text/event-stream", [=](size_t, httplib::DataSink& sink) {
-    auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
-    std::vector<size_t> text_bytes(runs->size(), 0);
-    bool ok = true;
-    if (r->echo) {
-      for (size_t i = 0; i < runs->size() && ok; i++) {
-        CompletionChoice ch;
-        ch.index = int(i);
-        ch.text = (*prompt_text)[i / n];
-        if (r->sampling.logprobs) ch.logprobs = logprobs_of(i, (*runs)[i], 0, 0, true);
-        text_bytes[i] = ch.text.size();
-        ok = write(
-            sse_event(completion_json(id, created, opt.model_name, {ch}, nullptr, r->stream.include_usage)));
-      }
-    }
-    auto last_write = Clock::now();
-    while (ok && std::any_of(runs->begin(), runs->end(), [](const ChoiceRun& c) { return !c.done; })) {
-      pump(*this, *runs, 100, [&](size_t i, const std::string& text, size_t first_new) {
-        ChoiceRun& c = (*runs)[i];
-        if (!ok || (text.empty() && !c.done)) return;
-        CompletionChoice ch;
-        ch.index = int(i);
-        ch.text = text;
-        if (r->sampling.logprobs) {
-          ch.logprobs = logprobs_of(i, c, first_new, text_bytes[i], false);
-          if (first_new == c.tokens.size() && text.empty() && !c.done) return;
+  res.set_chunked_content_provider(
+      "text/event-stream", safe_provider(runs, [=](size_t, httplib::DataSink& sink) {
+        auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
+        std::vector<size_t> text_bytes(runs->size(), 0);
+        bool ok = true;
+        if (r->echo) {
+          for (size_t i = 0; i < runs->size() && ok; i++) {
+            CompletionChoice ch;
+            ch.index = int(i);
+            ch.text = (*prompt_text)[i / n];
+            if (r->sampling.logprobs) ch.logprobs = logprobs_of(i, (*runs)[i], 0, 0, true);
+            text_bytes[i] = ch.text.size();
+            ok = write(sse_event(
+                completion_json(id, created, opt.model_name, {ch}, nullptr, r->stream.include_usage)));
+          }
         }
-        text_bytes[i] += text.size();
-        if (c.done) ch.finish_reason = c.finish;
-        ok = write(
-            sse_event(completion_json(id, created, opt.model_name, {ch}, nullptr, r->stream.include_usage)));
-        last_write = Clock::now();
-      });
-      if (ok && Clock::now() - last_write > std::chrono::seconds(1)) {
-        ok = write(": keep-alive\n\n");  // an SSE comment: finds a client that went away
-        last_write = Clock::now();
-      }
-    }
-    if (!ok) {
-      cancel_all(*runs);
-      return false;
-    }
-    Usage u = usage();
-    generation_tokens->add(double(u.completion_tokens));
-    if (r->stream.include_usage) {
-      json j = completion_json(id, created, opt.model_name, {}, &u);
-      write(sse_event(j));
-    }
-    write(sse_done());
-    sink.done();
-    return true;
-  });
+        auto last_write = Clock::now();
+        while (ok && std::any_of(runs->begin(), runs->end(), [](const ChoiceRun& c) { return !c.done; })) {
+          pump(*this, *runs, 100, [&](size_t i, const std::string& text, size_t first_new) {
+            ChoiceRun& c = (*runs)[i];
+            if (!ok || (text.empty() && !c.done)) return;
+            CompletionChoice ch;
+            ch.index = int(i);
+            ch.text = text;
+            if (r->sampling.logprobs) {
+              ch.logprobs = logprobs_of(i, c, first_new, text_bytes[i], false);
+              if (first_new == c.tokens.size() && text.empty() && !c.done) return;
+            }
+            text_bytes[i] += text.size();
+            if (c.done) ch.finish_reason = c.finish;
+            ok = write(sse_event(
+                completion_json(id, created, opt.model_name, {ch}, nullptr, r->stream.include_usage)));
+            last_write = Clock::now();
+          });
+          if (ok && Clock::now() - last_write > std::chrono::seconds(1)) {
+            ok = write(": keep-alive\n\n");  // an SSE comment: finds a client that went away
+            last_write = Clock::now();
+          }
+        }
+        if (!ok) {
+          cancel_all(*runs);
+          return false;
+        }
+        Usage u = usage();
+        generation_tokens->add(double(u.completion_tokens));
+        if (r->stream.include_usage) {
+          json j = completion_json(id, created, opt.model_name, {}, &u);
+          write(sse_event(j));
+        }
+        write(sse_done());
+        sink.done();
+        return true;
+      }));
 }
 
 void Server::Impl::handle_chat(const httplib::Request& hreq, httplib::Response& res) {
@@ -512,95 +532,98 @@ void Server::Impl::handle_chat(const httplib::Request& hreq, httplib::Response& 
   };
 
   if (!r->stream.stream) {
-    res.set_chunked_content_provider("application/json", [=](size_t, httplib::DataSink& sink) {
-      auto t0 = Clock::now();
-      bool gone = false;
-      while (std::any_of(runs->begin(), runs->end(), [](const ChoiceRun& c) { return !c.done; })) {
-        pump(*this, *runs, 100, [&](size_t i, const std::string& text, size_t) { (*parsers)[i].feed(text); });
-        if (Clock::now() - t0 > std::chrono::seconds(1)) {
-          t0 = Clock::now();
-          if (!sink.write(" ", 1)) {
-            gone = true;
-            cancel_all(*runs);
+    res.set_chunked_content_provider(
+        "application/json", safe_provider(runs, [=](size_t, httplib::DataSink& sink) {
+          auto t0 = Clock::now();
+          bool gone = false;
+          while (std::any_of(runs->begin(), runs->end(), [](const ChoiceRun& c) { return !c.done; })) {
+            pump(*this, *runs, 100,
+                 [&](size_t i, const std::string& text, size_t) { (*parsers)[i].feed(text); });
+            if (Clock::now() - t0 > std::chrono::seconds(1)) {
+              t0 = Clock::now();
+              if (!sink.write(" ", 1)) {
+                gone = true;
+                cancel_all(*runs);
+              }
+            }
           }
-        }
-      }
-      if (gone) return false;
-      std::vector<ChatChoice> choices;
-      for (size_t i = 0; i < runs->size(); i++) {
-        ChatOutputParser& p = (*parsers)[i];
-        p.finish();
-        ChatChoice ch;
-        ch.index = int(i);
-        ch.reasoning_content = p.reasoning();
-        if (p.tool_calls().empty() || !p.content().empty()) ch.content = p.content();
-        for (const ToolCall& tc : p.tool_calls()) ch.tool_calls.push_back({tc.id, tc.name, tc.arguments});
-        ch.finish_reason = finish_reason((*runs)[i], p);
-        if (r->sampling.logprobs) ch.logprobs = entries((*runs)[i], 0);
-        choices.push_back(ch);
-      }
-      Usage u = usage();
-      generation_tokens->add(double(u.completion_tokens));
-      const std::string body = chat_completion_json(id, created, opt.model_name, choices, u).dump();
-      sink.write(body.data(), body.size());
-      sink.done();
-      return true;
-    });
+          if (gone) return false;
+          std::vector<ChatChoice> choices;
+          for (size_t i = 0; i < runs->size(); i++) {
+            ChatOutputParser& p = (*parsers)[i];
+            p.finish();
+            ChatChoice ch;
+            ch.index = int(i);
+            ch.reasoning_content = p.reasoning();
+            if (p.tool_calls().empty() || !p.content().empty()) ch.content = p.content();
+            for (const ToolCall& tc : p.tool_calls()) ch.tool_calls.push_back({tc.id, tc.name, tc.arguments});
+            ch.finish_reason = finish_reason((*runs)[i], p);
+            if (r->sampling.logprobs) ch.logprobs = entries((*runs)[i], 0);
+            choices.push_back(ch);
+          }
+          Usage u = usage();
+          generation_tokens->add(double(u.completion_tokens));
+          const std::string body = chat_completion_json(id, created, opt.model_name, choices, u).dump();
+          sink.write(body.data(), body.size());
+          sink.done();
+          return true;
+        }));
     return;
   }
   res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider("text/event-stream", [=](size_t, httplib::DataSink& sink) {
-    auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
-    const bool usage_key = r->stream.include_usage;
-    bool ok = true;
-    for (size_t i = 0; i < runs->size() && ok; i++) {
-      ChatChunkDelta d;
-      d.index = int(i);
-      d.role = true;
-      d.content = "";
-      ok = write(sse_event(chat_chunk_json(id, created, opt.model_name, d, usage_key)));
-    }
-    auto last_write = Clock::now();
-    while (ok && std::any_of(runs->begin(), runs->end(), [](const ChoiceRun& c) { return !c.done; })) {
-      pump(*this, *runs, 100, [&](size_t i, const std::string& text, size_t first_new) {
-        ChoiceRun& c = (*runs)[i];
-        ChatOutputParser& p = (*parsers)[i];
-        ChatDelta cd = p.feed(text);
-        if (c.done) {
-          ChatDelta tail = p.finish();
-          cd.reasoning += tail.reasoning;
-          cd.content += tail.content;
-          for (auto& t : tail.tools) cd.tools.push_back(t);
+  res.set_chunked_content_provider(
+      "text/event-stream", safe_provider(runs, [=](size_t, httplib::DataSink& sink) {
+        auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
+        const bool usage_key = r->stream.include_usage;
+        bool ok = true;
+        for (size_t i = 0; i < runs->size() && ok; i++) {
+          ChatChunkDelta d;
+          d.index = int(i);
+          d.role = true;
+          d.content = "";
+          ok = write(sse_event(chat_chunk_json(id, created, opt.model_name, d, usage_key)));
         }
-        const bool lp = r->sampling.logprobs && first_new < c.tokens.size();
-        if (!ok || (cd.empty() && !c.done && !lp)) return;
-        ChatChunkDelta d;
-        d.index = int(i);
-        if (!cd.reasoning.empty()) d.reasoning_content = cd.reasoning;
-        if (!cd.content.empty()) d.content = cd.content;
-        for (const auto& t : cd.tools)
-          d.tool_calls.push_back({t.index, t.started ? t.id : "", t.started ? t.name : "", t.arguments});
-        if (lp) d.logprobs = entries(c, first_new);
-        if (c.done) d.finish_reason = finish_reason(c, p);
-        ok = write(sse_event(chat_chunk_json(id, created, opt.model_name, d, usage_key)));
-        last_write = Clock::now();
-      });
-      if (ok && Clock::now() - last_write > std::chrono::seconds(1)) {
-        ok = write(": keep-alive\n\n");
-        last_write = Clock::now();
-      }
-    }
-    if (!ok) {
-      cancel_all(*runs);
-      return false;
-    }
-    Usage u = usage();
-    generation_tokens->add(double(u.completion_tokens));
-    if (usage_key) write(sse_event(chat_usage_chunk_json(id, created, opt.model_name, u)));
-    write(sse_done());
-    sink.done();
-    return true;
-  });
+        auto last_write = Clock::now();
+        while (ok && std::any_of(runs->begin(), runs->end(), [](const ChoiceRun& c) { return !c.done; })) {
+          pump(*this, *runs, 100, [&](size_t i, const std::string& text, size_t first_new) {
+            ChoiceRun& c = (*runs)[i];
+            ChatOutputParser& p = (*parsers)[i];
+            ChatDelta cd = p.feed(text);
+            if (c.done) {
+              ChatDelta tail = p.finish();
+              cd.reasoning += tail.reasoning;
+              cd.content += tail.content;
+              for (auto& t : tail.tools) cd.tools.push_back(t);
+            }
+            const bool lp = r->sampling.logprobs && first_new < c.tokens.size();
+            if (!ok || (cd.empty() && !c.done && !lp)) return;
+            ChatChunkDelta d;
+            d.index = int(i);
+            if (!cd.reasoning.empty()) d.reasoning_content = cd.reasoning;
+            if (!cd.content.empty()) d.content = cd.content;
+            for (const auto& t : cd.tools)
+              d.tool_calls.push_back({t.index, t.started ? t.id : "", t.started ? t.name : "", t.arguments});
+            if (lp) d.logprobs = entries(c, first_new);
+            if (c.done) d.finish_reason = finish_reason(c, p);
+            ok = write(sse_event(chat_chunk_json(id, created, opt.model_name, d, usage_key)));
+            last_write = Clock::now();
+          });
+          if (ok && Clock::now() - last_write > std::chrono::seconds(1)) {
+            ok = write(": keep-alive\n\n");
+            last_write = Clock::now();
+          }
+        }
+        if (!ok) {
+          cancel_all(*runs);
+          return false;
+        }
+        Usage u = usage();
+        generation_tokens->add(double(u.completion_tokens));
+        if (usage_key) write(sse_event(chat_usage_chunk_json(id, created, opt.model_name, u)));
+        write(sse_done());
+        sink.done();
+        return true;
+      }));
 }
 
 void Server::Impl::routes() {
