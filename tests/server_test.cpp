@@ -54,8 +54,7 @@ struct Running {
     set_gemm_batch_invariant(true);
     o.port = 0;
     o.model_name = "golden";
-    o.engine.ctx_size = std::max<int64_t>(o.engine.ctx_size, 256);
-    o.engine.ctx_size = std::min<int64_t>(o.engine.ctx_size, 256);
+    o.engine.ctx_size = 256;  // the context-overflow test sends 300 tokens
     server = std::make_unique<serve::Server>(o);
     server->start();
     server->attach(fixture().model, fixture().tok);
@@ -182,9 +181,14 @@ TEST(Server, CompletionsMatchGenerate) {
   std::vector<json> ev = s.stream("/v1/completions", body, &done);
   EXPECT_TRUE(done);
   std::string text;
+  size_t streamed_logprobs = 0;  // every token's, also those whose text was held back
   for (const json& e : ev)
-    for (const json& c : e["choices"]) text += c["text"].get<std::string>();
+    for (const json& c : e["choices"]) {
+      text += c["text"].get<std::string>();
+      if (c["logprobs"].is_object()) streamed_logprobs += c["logprobs"]["tokens"].size();
+    }
   EXPECT_EQ(text, r["choices"][0]["text"]);
+  EXPECT_EQ(streamed_logprobs, 10u);
   ASSERT_FALSE(ev.empty());
   EXPECT_EQ(ev.back()["usage"]["completion_tokens"], 10);
 }

@@ -73,14 +73,19 @@ int cmd_serve(int argc, char** argv) {
   app.add_option("--model", model_dir, "HF checkpoint directory")->required();
   app.add_option("--tokenizer", tokenizer_path, "tokenizer.json (default: MODEL/tokenizer.json)");
   app.add_option("--host", so.host, "address to bind")->capture_default_str();
-  app.add_option("--port", so.port, "port to bind (0: any free port, printed)")->capture_default_str();
+  app.add_option("--port", so.port, "port to bind (0: any free port, printed)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
   app.add_option("--served-model-name", so.model_name,
                  "the model id clients send (default: the directory name)");
-  app.add_option("--parallel", so.engine.parallel, "sequences decoded at once")->capture_default_str();
+  app.add_option("--parallel", so.engine.parallel, "sequences decoded at once")
+      ->check(CLI::Range(int64_t(1), int64_t(4096)))
+      ->capture_default_str();
   app.add_option("--batch-tokens", so.engine.batch_tokens,
                  "tokens per engine step (decodes + prefill chunks)")
       ->capture_default_str();
   app.add_option("--ctx-size", so.engine.ctx_size, "context per sequence: prompt + output tokens")
+      ->check(CLI::Range(int64_t(2), int64_t(1) << 24))
       ->capture_default_str();
   app.add_option("--queue-size", so.engine.queue_size, "requests waiting for a slot before 503")
       ->capture_default_str();
@@ -90,7 +95,9 @@ int cmd_serve(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--api-key", so.api_key, "require 'Authorization: Bearer KEY' on /v1 routes");
   app.add_option("--api-key-file", api_key_file, "read the API key from this file");
-  app.add_option("--max-body-mb", so.max_body_mb, "largest request body")->capture_default_str();
+  app.add_option("--max-body-mb", so.max_body_mb, "largest request body")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
+      ->capture_default_str();
   app.add_option("--chat-template", template_path,
                  "a Jinja chat template file (default: the checkpoint's, else ZAYA1's)");
   app.add_flag(
@@ -103,6 +110,12 @@ int cmd_serve(int argc, char** argv) {
   zaya::app::add_semantics_option(app, semantics);
   ZAYA_PARSE(app, argc, argv);
   so.engine.cache_prompt = !no_cache_prompt;
+  // The engine's own checks, before binding and loading (the same message as at construction).
+  ZAYA_CHECK(so.engine.batch_tokens >= so.engine.parallel, "--batch-tokens (", so.engine.batch_tokens,
+             ") must be at least --parallel (", so.engine.parallel,
+             "): every running sequence decodes each step");
+  ZAYA_CHECK(so.engine.queue_size >= 0 && so.engine.cache_mb >= 0,
+             "--queue-size and --cache-mb must be non-negative");
   // Batch invariance on by default (docs/serving.md): a sequence's output does not depend on what else is
   // served. ZAYA_BATCH_INVARIANT=0 in the environment turns it off like the flag.
   const char* env_bi = std::getenv("ZAYA_BATCH_INVARIANT");

@@ -459,11 +459,10 @@ void zaya_forward(const ZayaModel& model, ZayaCache& cache, const int32_t* ids, 
     linear_strided(out.logits.data(), V, z, w.lm_head, head_bias, T);
   } else {
     // Only the last position of each row: gather those rows first.
-    std::vector<float> last(B * H);
-    for (int64_t b = 0; b < B; b++)
-      std::memcpy(last.data() + b * H, z + (b * S + S - 1) * H, H * sizeof(float));
+    float* last = grow(sc.head_in, B * H);
+    for (int64_t b = 0; b < B; b++) std::memcpy(last + b * H, z + (b * S + S - 1) * H, H * sizeof(float));
     out.logits.resize(B * V);
-    linear_strided(out.logits.data(), V, last.data(), w.lm_head, head_bias, B);
+    linear_strided(out.logits.data(), V, last, w.lm_head, head_bias, B);
   }
 }
 
@@ -493,7 +492,7 @@ void zaya_forward_seqs(const ZayaModel& model, const std::vector<SeqStep>& seqs,
   }
 
   // Rows: sequence after sequence. Positions continue each cache.
-  std::vector<int32_t> ids(T);
+  int32_t* ids = grow(sc.ids, T);
   int64_t* pos = grow(sc.positions, T);
   BlockCall call;
   call.T = T;
@@ -502,7 +501,7 @@ void zaya_forward_seqs(const ZayaModel& model, const std::vector<SeqStep>& seqs,
   for (int64_t i = 0, t0 = 0; i < N; i++) {
     const SeqStep& e = seqs[i];
     ZayaCache& cache = *e.cache;
-    std::copy(e.ids, e.ids + e.n, ids.begin() + t0);
+    std::copy(e.ids, e.ids + e.n, ids + t0);
     for (int64_t s = 0; s < e.n; s++) pos[t0 + s] = cache.seen + s;
     cache.key_valid[0].insert(cache.key_valid[0].end(), e.n, uint8_t(1));
     cache.reserve(c, e.n);
@@ -522,7 +521,7 @@ void zaya_forward_seqs(const ZayaModel& model, const std::vector<SeqStep>& seqs,
 
   float* x = grow(sc.x, T * H);
   float* rho_prev = grow(sc.rho_prev, T * R);
-  embed_rows(x, ids.data(), T, w, H, V);
+  embed_rows(x, ids, T, w, H, V);
   for (int64_t li = 0; li < L; li++) {
     block_forward(model, li, call, x, rho_prev, nullptr, nullptr, nullptr, sc);
     std::memcpy(rho_prev, sc.rho.data(), T * R * sizeof(float));
@@ -535,17 +534,17 @@ void zaya_forward_seqs(const ZayaModel& model, const std::vector<SeqStep>& seqs,
   // ---- Final norm and LM head (spec §5.9) over the wanted rows only ----
   logit_row.assign(N, 0);
   float* z = grow(sc.z, std::max<int64_t>(n_logits, 1) * H);
-  std::vector<float> rows(std::max<int64_t>(n_logits, 1) * H);
+  float* rows = grow(sc.head_in, std::max<int64_t>(n_logits, 1) * H);
   for (int64_t i = 0, r = 0, t0 = 0; i < N; i++) {
     logit_row[i] = r;
     const SeqStep& e = seqs[i];
     for (int64_t s = e.n - e.logits; s < e.n; s++, r++)
-      std::memcpy(rows.data() + r * H, x + (t0 + s) * H, H * sizeof(float));
+      std::memcpy(rows + r * H, x + (t0 + s) * H, H * sizeof(float));
     t0 += e.n;
   }
   logits.resize(n_logits * V);
   if (n_logits == 0) return;
-  rmsnorm_forward(z, nullptr, rows.data(), w.final_norm.f32(), n_logits, H, float(c.rms_norm_eps));
+  rmsnorm_forward(z, nullptr, rows, w.final_norm.f32(), n_logits, H, float(c.rms_norm_eps));
   linear_strided(logits.data(), V, z, w.lm_head, opt_f32(w.lm_head_bias), n_logits);
 }
 

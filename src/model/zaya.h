@@ -105,6 +105,8 @@ struct ForwardScratch {
   std::vector<int32_t> choice;
   std::vector<float> weight, p_skip;
   std::vector<int64_t> positions;
+  std::vector<int32_t> ids;    // [T] zaya_forward_seqs: the call's tokens, sequence after sequence
+  std::vector<float> head_in;  // [rows, H] the hidden rows whose logits are wanted
   MoeScratch moe;
 };
 

@@ -240,8 +240,8 @@ void Engine::step() {
     budget -= n;
   }
 
-  std::vector<float> logits;
-  std::vector<int64_t> rows;
+  std::vector<float>& logits = logits_;
+  std::vector<int64_t>& rows = logit_row_;
   int64_t step_tokens = 0;
   if (!batch.empty()) {
     try {

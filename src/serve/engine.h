@@ -146,6 +146,8 @@ class Engine {
   size_t lru_bytes_ = 0;
   EngineStats stats_;
   ForwardScratch scratch_;
+  std::vector<float> logits_;  // [rows, V] of the last step
+  std::vector<int64_t> logit_row_;
   std::thread thread_;
 };
 

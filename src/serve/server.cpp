@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <random>
 
 #include "core/error.h"
@@ -218,6 +219,54 @@ void cancel_all(std::vector<ChoiceRun>& runs) {
     if (!r.done) r.h->cancel();
 }
 
+bool any_running(const std::vector<ChoiceRun>& runs) {
+  return std::any_of(runs.begin(), runs.end(), [](const ChoiceRun& c) { return !c.done; });
+}
+
+// A non-streamed answer: runs every choice to its end, handing new text to `on_text` as pump() does. The
+// connection is probed once a second with JSON whitespace (valid before the body), so a client that went
+// away cancels its choices. False when it went away.
+template <typename OnText>
+bool run_to_end(Server::Impl& s, std::vector<ChoiceRun>& runs, httplib::DataSink& sink, OnText on_text) {
+  auto probe = Clock::now();
+  bool gone = false;
+  while (any_running(runs)) {
+    pump(s, runs, 100, on_text);
+    if (!gone && Clock::now() - probe > std::chrono::seconds(1)) {
+      probe = Clock::now();
+      if (!sink.write(" ", 1)) {
+        gone = true;
+        cancel_all(runs);
+      }
+    }
+  }
+  return !gone;
+}
+
+// A streamed answer: runs every choice to its end; `on_text(i, text, first_new)` writes events and returns
+// false when a write failed. An SSE comment goes out after a second without events (it finds a client that
+// went away). False, with the choices cancelled, when the client went away.
+template <typename OnText>
+bool stream_to_end(Server::Impl& s, std::vector<ChoiceRun>& runs, httplib::DataSink& sink, OnText on_text) {
+  auto last_write = Clock::now();
+  bool ok = true;
+  while (ok && any_running(runs)) {
+    pump(s, runs, 100, [&](size_t i, const std::string& text, size_t first_new) {
+      if (!ok) return;
+      bool wrote = false;
+      ok = on_text(i, text, first_new, &wrote);
+      if (wrote) last_write = Clock::now();
+    });
+    if (ok && Clock::now() - last_write > std::chrono::seconds(1)) {
+      const char* ping = ": keep-alive\n\n";
+      ok = sink.write(ping, std::strlen(ping));
+      last_write = Clock::now();
+    }
+  }
+  if (!ok) cancel_all(runs);
+  return ok;
+}
+
 // A response body writer that cannot take the server down: an exception ends the response and frees the
 // request's sequences.
 template <typename F>
@@ -400,22 +449,8 @@ void Server::Impl::handle_completions(const httplib::Request& hreq, httplib::Res
 
   if (!r->stream.stream) {
     res.set_chunked_content_provider(
-        "application/json", safe_provider(runs, [=](size_t, httplib::DataSink& sink) {
-          auto t0 = Clock::now();
-          bool gone = false;
-          while (std::any_of(runs->begin(), runs->end(), [](const ChoiceRun& c) { return !c.done; })) {
-            pump(*this, *runs, 100, [](size_t, const std::string&, size_t) {});
-            // A client that went away frees its slots: probe the connection once a second with JSON
-            // whitespace.
-            if (Clock::now() - t0 > std::chrono::seconds(1)) {
-              t0 = Clock::now();
-              if (!sink.write(" ", 1)) {
-                gone = true;
-                cancel_all(*runs);
-              }
-            }
-          }
-          if (gone) return false;
+        "application/json", safe_provider(runs, [=, this](size_t, httplib::DataSink& sink) {
+          if (!run_to_end(*this, *runs, sink, [](size_t, const std::string&, size_t) {})) return false;
           std::vector<CompletionChoice> choices;
           for (size_t i = 0; i < runs->size(); i++) {
             ChoiceRun& c = (*runs)[i];
@@ -437,7 +472,7 @@ void Server::Impl::handle_completions(const httplib::Request& hreq, httplib::Res
   }
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
-      "text/event-stream", safe_provider(runs, [=](size_t, httplib::DataSink& sink) {
+      "text/event-stream", safe_provider(runs, [=, this](size_t, httplib::DataSink& sink) {
         auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
         std::vector<size_t> text_bytes(runs->size(), 0);
         bool ok = true;
@@ -452,33 +487,25 @@ void Server::Impl::handle_completions(const httplib::Request& hreq, httplib::Res
                 completion_json(id, created, opt.model_name, {ch}, nullptr, r->stream.include_usage)));
           }
         }
-        auto last_write = Clock::now();
-        while (ok && std::any_of(runs->begin(), runs->end(), [](const ChoiceRun& c) { return !c.done; })) {
-          pump(*this, *runs, 100, [&](size_t i, const std::string& text, size_t first_new) {
-            ChoiceRun& c = (*runs)[i];
-            if (!ok || (text.empty() && !c.done)) return;
-            CompletionChoice ch;
-            ch.index = int(i);
-            ch.text = text;
-            if (r->sampling.logprobs) {
-              ch.logprobs = logprobs_of(i, c, first_new, text_bytes[i], false);
-              if (first_new == c.tokens.size() && text.empty() && !c.done) return;
-            }
-            text_bytes[i] += text.size();
-            if (c.done) ch.finish_reason = c.finish;
-            ok = write(sse_event(
-                completion_json(id, created, opt.model_name, {ch}, nullptr, r->stream.include_usage)));
-            last_write = Clock::now();
-          });
-          if (ok && Clock::now() - last_write > std::chrono::seconds(1)) {
-            ok = write(": keep-alive\n\n");  // an SSE comment: finds a client that went away
-            last_write = Clock::now();
-          }
-        }
         if (!ok) {
           cancel_all(*runs);
           return false;
         }
+        auto on_text = [&](size_t i, const std::string& text, size_t first_new, bool* wrote) {
+          ChoiceRun& c = (*runs)[i];
+          const bool lp = r->sampling.logprobs && first_new < c.tokens.size();
+          if (text.empty() && !c.done && !lp) return true;  // text held back (a stop string may begin)
+          CompletionChoice ch;
+          ch.index = int(i);
+          ch.text = text;
+          if (r->sampling.logprobs) ch.logprobs = logprobs_of(i, c, first_new, text_bytes[i], false);
+          text_bytes[i] += text.size();
+          if (c.done) ch.finish_reason = c.finish;
+          *wrote = true;
+          return write(sse_event(
+              completion_json(id, created, opt.model_name, {ch}, nullptr, r->stream.include_usage)));
+        };
+        if (!stream_to_end(*this, *runs, sink, on_text)) return false;
         Usage u = usage();
         generation_tokens->add(double(u.completion_tokens));
         if (r->stream.include_usage) {
@@ -533,21 +560,9 @@ void Server::Impl::handle_chat(const httplib::Request& hreq, httplib::Response& 
 
   if (!r->stream.stream) {
     res.set_chunked_content_provider(
-        "application/json", safe_provider(runs, [=](size_t, httplib::DataSink& sink) {
-          auto t0 = Clock::now();
-          bool gone = false;
-          while (std::any_of(runs->begin(), runs->end(), [](const ChoiceRun& c) { return !c.done; })) {
-            pump(*this, *runs, 100,
-                 [&](size_t i, const std::string& text, size_t) { (*parsers)[i].feed(text); });
-            if (Clock::now() - t0 > std::chrono::seconds(1)) {
-              t0 = Clock::now();
-              if (!sink.write(" ", 1)) {
-                gone = true;
-                cancel_all(*runs);
-              }
-            }
-          }
-          if (gone) return false;
+        "application/json", safe_provider(runs, [=, this](size_t, httplib::DataSink& sink) {
+          auto feed = [&](size_t i, const std::string& text, size_t) { (*parsers)[i].feed(text); };
+          if (!run_to_end(*this, *runs, sink, feed)) return false;
           std::vector<ChatChoice> choices;
           for (size_t i = 0; i < runs->size(); i++) {
             ChatOutputParser& p = (*parsers)[i];
@@ -572,7 +587,7 @@ void Server::Impl::handle_chat(const httplib::Request& hreq, httplib::Response& 
   }
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
-      "text/event-stream", safe_provider(runs, [=](size_t, httplib::DataSink& sink) {
+      "text/event-stream", safe_provider(runs, [=, this](size_t, httplib::DataSink& sink) {
         auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
         const bool usage_key = r->stream.include_usage;
         bool ok = true;
@@ -583,40 +598,34 @@ void Server::Impl::handle_chat(const httplib::Request& hreq, httplib::Response& 
           d.content = "";
           ok = write(sse_event(chat_chunk_json(id, created, opt.model_name, d, usage_key)));
         }
-        auto last_write = Clock::now();
-        while (ok && std::any_of(runs->begin(), runs->end(), [](const ChoiceRun& c) { return !c.done; })) {
-          pump(*this, *runs, 100, [&](size_t i, const std::string& text, size_t first_new) {
-            ChoiceRun& c = (*runs)[i];
-            ChatOutputParser& p = (*parsers)[i];
-            ChatDelta cd = p.feed(text);
-            if (c.done) {
-              ChatDelta tail = p.finish();
-              cd.reasoning += tail.reasoning;
-              cd.content += tail.content;
-              for (auto& t : tail.tools) cd.tools.push_back(t);
-            }
-            const bool lp = r->sampling.logprobs && first_new < c.tokens.size();
-            if (!ok || (cd.empty() && !c.done && !lp)) return;
-            ChatChunkDelta d;
-            d.index = int(i);
-            if (!cd.reasoning.empty()) d.reasoning_content = cd.reasoning;
-            if (!cd.content.empty()) d.content = cd.content;
-            for (const auto& t : cd.tools)
-              d.tool_calls.push_back({t.index, t.started ? t.id : "", t.started ? t.name : "", t.arguments});
-            if (lp) d.logprobs = entries(c, first_new);
-            if (c.done) d.finish_reason = finish_reason(c, p);
-            ok = write(sse_event(chat_chunk_json(id, created, opt.model_name, d, usage_key)));
-            last_write = Clock::now();
-          });
-          if (ok && Clock::now() - last_write > std::chrono::seconds(1)) {
-            ok = write(": keep-alive\n\n");
-            last_write = Clock::now();
-          }
-        }
         if (!ok) {
           cancel_all(*runs);
           return false;
         }
+        auto on_text = [&](size_t i, const std::string& text, size_t first_new, bool* wrote) {
+          ChoiceRun& c = (*runs)[i];
+          ChatOutputParser& p = (*parsers)[i];
+          ChatDelta cd = p.feed(text);
+          if (c.done) {
+            ChatDelta tail = p.finish();
+            cd.reasoning += tail.reasoning;
+            cd.content += tail.content;
+            for (auto& t : tail.tools) cd.tools.push_back(t);
+          }
+          const bool lp = r->sampling.logprobs && first_new < c.tokens.size();
+          if (cd.empty() && !c.done && !lp) return true;
+          ChatChunkDelta d;
+          d.index = int(i);
+          if (!cd.reasoning.empty()) d.reasoning_content = cd.reasoning;
+          if (!cd.content.empty()) d.content = cd.content;
+          for (const auto& t : cd.tools)
+            d.tool_calls.push_back({t.index, t.started ? t.id : "", t.started ? t.name : "", t.arguments});
+          if (lp) d.logprobs = entries(c, first_new);
+          if (c.done) d.finish_reason = finish_reason(c, p);
+          *wrote = true;
+          return write(sse_event(chat_chunk_json(id, created, opt.model_name, d, usage_key)));
+        };
+        if (!stream_to_end(*this, *runs, sink, on_text)) return false;
         Usage u = usage();
         generation_tokens->add(double(u.completion_tokens));
         if (usage_key) write(sse_event(chat_usage_chunk_json(id, created, opt.model_name, u)));
