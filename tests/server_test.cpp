@@ -189,6 +189,21 @@ TEST(Server, CompletionsMatchGenerate) {
     }
   EXPECT_EQ(text, r["choices"][0]["text"]);
   EXPECT_EQ(streamed_logprobs, 10u);
+  // Echo with logprobs: the streamed prompt entries are the prompt's scores (sent after its prefill).
+  json echo = {{"prompt", prompt}, {"max_tokens", 2}, {"temperature", 0}, {"echo", true}, {"logprobs", 1}};
+  json whole = s.post("/v1/completions", echo, &status);
+  ASSERT_EQ(status, 200) << whole.dump();
+  echo["stream"] = true;
+  std::vector<json> echo_ev = s.stream("/v1/completions", echo, &done);
+  ASSERT_FALSE(echo_ev.empty());
+  const json& want_lp = whole["choices"][0]["logprobs"]["token_logprobs"];
+  const json& got_lp = echo_ev[0]["choices"][0]["logprobs"]["token_logprobs"];
+  ASSERT_EQ(got_lp.size(), prompt.size());
+  EXPECT_TRUE(got_lp[0].is_null());
+  for (size_t k = 1; k < prompt.size(); k++) {
+    EXPECT_LT(got_lp[k].get<double>(), 0.0) << k;
+    EXPECT_EQ(got_lp[k], want_lp[k]) << k;
+  }
   ASSERT_FALSE(ev.empty());
   EXPECT_EQ(ev.back()["usage"]["completion_tokens"], 10);
 }

@@ -475,24 +475,26 @@ void Server::Impl::handle_completions(const httplib::Request& hreq, httplib::Res
       "text/event-stream", safe_provider(runs, [=, this](size_t, httplib::DataSink& sink) {
         auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
         std::vector<size_t> text_bytes(runs->size(), 0);
-        bool ok = true;
-        if (r->echo) {
-          for (size_t i = 0; i < runs->size() && ok; i++) {
-            CompletionChoice ch;
-            ch.index = int(i);
-            ch.text = (*prompt_text)[i / n];
-            if (r->sampling.logprobs) ch.logprobs = logprobs_of(i, (*runs)[i], 0, 0, true);
-            text_bytes[i] = ch.text.size();
-            ok = write(sse_event(
-                completion_json(id, created, opt.model_name, {ch}, nullptr, r->stream.include_usage)));
-          }
-        }
-        if (!ok) {
-          cancel_all(*runs);
-          return false;
-        }
+        // Echo: the prompt goes out as each choice's first chunk once the choice has its first event, i.e.
+        // after its prefill, which is what scores the prompt tokens (prompt log-probabilities).
+        std::vector<bool> echoed(runs->size(), !r->echo);
+        auto echo = [&](size_t i) {
+          echoed[i] = true;
+          CompletionChoice ch;
+          ch.index = int(i);
+          ch.text = (*prompt_text)[i / n];
+          ChoiceRun& c = (*runs)[i];
+          if (r->sampling.logprobs) ch.logprobs = logprobs_of(i, c, c.tokens.size(), 0, true);
+          text_bytes[i] = ch.text.size();
+          return write(sse_event(
+              completion_json(id, created, opt.model_name, {ch}, nullptr, r->stream.include_usage)));
+        };
         auto on_text = [&](size_t i, const std::string& text, size_t first_new, bool* wrote) {
           ChoiceRun& c = (*runs)[i];
+          if (!echoed[i]) {
+            *wrote = true;
+            if (!echo(i)) return false;
+          }
           const bool lp = r->sampling.logprobs && first_new < c.tokens.size();
           if (text.empty() && !c.done && !lp) return true;  // text held back (a stop string may begin)
           CompletionChoice ch;
