@@ -83,8 +83,16 @@ int cmd_generate(int argc, char** argv) {
     std::fputs(prompt.c_str(), stdout);
     std::fflush(stdout);
   }
+  // A model's vocabulary may be padded past the tokenizer's (ids the tokenizer has no text for): those ids
+  // print as nothing, as the server shows them.
+  auto known = [&](const std::vector<int32_t>& row) {
+    std::vector<int32_t> v;
+    for (int32_t id : row)
+      if (id >= 0 && id < tok->vocab_size()) v.push_back(id);
+    return v;
+  };
   auto on_token = [&](int64_t, int32_t id) {
-    if (!stream) return;
+    if (!stream || id >= tok->vocab_size()) return;
     std::fputs(stream->push(id).c_str(), stdout);
     std::fflush(stdout);
   };
@@ -97,7 +105,7 @@ int cmd_generate(int argc, char** argv) {
     j["new_tokens"] = out;
     if (tok) {
       std::vector<std::string> texts;
-      for (const auto& row : out) texts.push_back(tok->decode(row, true));
+      for (const auto& row : out) texts.push_back(tok->decode(known(row), true));
       j["text"] = texts;
     }
     std::printf("%s\n", j.dump().c_str());

@@ -88,7 +88,11 @@ void attention_forward(float* out, float* lse, const float* q, int64_t q_stride,
                        const float* v, const int64_t* q_pos, const uint8_t* key_valid,
                        const AttentionArgs& a) {
   ZAYA_PROFILE_SCOPE("attention");
-  if (a.S < 32) return attention_rows(out, lse, q, q_stride, k, v, q_pos, key_valid, a);
+  // Few queries: per-row dot products. Batch-invariant mode (gemm.h) takes this path for every call, so that
+  // a query's output does not depend on how many queries share the call (the scheduler's prefill chunks); the
+  // blocked path below rounds K, V and P to bf16 under bf16 weights and would differ from it.
+  if (a.S < 32 || gemm_batch_invariant())
+    return attention_rows(out, lse, q, q_stride, k, v, q_pos, key_valid, a);
   const int64_t G = a.Hq / a.Hk, d = a.d, S = a.S, n = a.n_keys;
   const float scale = 1.0f / std::sqrt(float(d));
   // Per query head and block of kQB queries: scores[rows, keys] = Q · Kᵀ / √d (a GEMM) over the keys up to

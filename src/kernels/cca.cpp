@@ -27,7 +27,10 @@ void cca_conv_forward(float* out, float* mid, const float* frames, const float* 
   // j. Per group g and tap j this is a GEMM: out[:, g·d:(g+1)·d] += mid[j : j+S, g·d:(g+1)·d] · W1[g·d:…, :,
   // j]ᵀ, with the tap-major weights w1t[j][o][c'] re-laid from [o][c'][j].
   const int64_t groups = dm.Hq + dm.Hk;
-  if (S < 16) {  // decode and short chunks: direct loops (a GEMM per group would be all call overhead)
+  // Decode and short chunks: direct loops (a GEMM per group would be all call overhead). Batch-invariant mode
+  // (gemm.h) always takes the GEMM path: a position's output must not depend on how many positions share the
+  // call (prefill chunks are cut by the scheduler's token budget, which depends on the other sequences).
+  if (S < 16 && !gemm_batch_invariant()) {
     for (int64_t t = 0; t < S; t++) {
       for (int64_t o = 0; o < C; o++) {
         const float* w = w1 + o * d * t1;

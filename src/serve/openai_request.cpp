@@ -176,6 +176,7 @@ SamplingParams parse_sampling(const Fields& f, bool chat) {
     }
   }
   s.ignore_eos = f.boolean("ignore_eos", false);
+  s.return_tokens_as_token_ids = f.boolean("return_tokens_as_token_ids", false);
   s.n = int(f.integer("n", 1, 1, 16));
   if (chat) {
     s.logprobs = f.boolean("logprobs", false);

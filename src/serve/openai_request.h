@@ -39,10 +39,11 @@ struct SamplingParams {
   std::vector<std::string> stop;    // stop strings (not included in the output)
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
-  int n = 1;                             // choices per request
-  bool logprobs = false;                 // return the chosen token's log-probability
-  int top_logprobs = 0;                  // and the k most likely alternatives, 0-20
-  std::map<int32_t, double> logit_bias;  // token id -> bias in [-100, 100]
+  int n = 1;                                // choices per request
+  bool logprobs = false;                    // return the chosen token's log-probability
+  int top_logprobs = 0;                     // and the k most likely alternatives, 0-20
+  std::map<int32_t, double> logit_bias;     // token id -> bias in [-100, 100]
+  bool return_tokens_as_token_ids = false;  // logprobs name tokens "token_id:N" (vLLM's extension)
 };
 
 struct StreamOptions {

@@ -156,6 +156,11 @@ struct Server::Impl {
   // A checkpoint's vocabulary may be larger than its tokenizer's (padded embeddings): ids the tokenizer does
   // not know decode to nothing rather than fail.
   std::string token_text(int32_t id) const { return id < tok->vocab_size() ? tok->decode({id}, false) : ""; }
+  // A token as the logprobs show it: its text, or "token_id:N" with `return_tokens_as_token_ids` (vLLM's
+  // flag: exact ids for clients that compare tokens, and no ambiguity for partial UTF-8).
+  std::string token_shown(int32_t id, bool as_id) const {
+    return as_id ? "token_id:" + std::to_string(id) : token_text(id);
+  }
 };
 
 namespace {
@@ -428,11 +433,12 @@ void Server::Impl::handle_completions(const httplib::Request& hreq, httplib::Res
     CompletionChoice::Logprobs lp;
     int64_t offset = int64_t(offset0);
     auto add = [&](int32_t tid, std::optional<float> l, const std::vector<TokenLogprob>& top) {
+      const bool as_id = r->sampling.return_tokens_as_token_ids;
       std::string t = token_text(tid);
-      lp.tokens.push_back(t);
+      lp.tokens.push_back(token_shown(tid, as_id));
       lp.token_logprobs.push_back(l);
       std::vector<std::pair<std::string, float>> alts;
-      for (const auto& a : top) alts.push_back({token_text(a.id), a.logprob});
+      for (const auto& a : top) alts.push_back({token_shown(a.id, as_id), a.logprob});
       lp.top_logprobs.push_back(alts);
       lp.text_offset.push_back(offset);
       offset += int64_t(t.size());
@@ -545,13 +551,13 @@ void Server::Impl::handle_chat(const httplib::Request& hreq, httplib::Response& 
     for (const ChoiceRun& c : *runs) u.completion_tokens += int64_t(c.tokens.size());
     return u;
   };
-  auto entries = [this](const ChoiceRun& c, size_t from) {
+  auto entries = [this, as_id = r->sampling.return_tokens_as_token_ids](const ChoiceRun& c, size_t from) {
     std::vector<LogprobEntry> v;
     for (size_t k = from; k < c.tokens.size(); k++) {
       LogprobEntry e;
-      e.token = token_text(c.tokens[k]);
+      e.token = token_shown(c.tokens[k], as_id);
       e.logprob = c.logprobs[k];
-      for (const auto& a : c.tops[k]) e.top.push_back({token_text(a.id), a.logprob});
+      for (const auto& a : c.tops[k]) e.top.push_back({token_shown(a.id, as_id), a.logprob});
       v.push_back(e);
     }
     return v;
