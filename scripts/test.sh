@@ -7,7 +7,7 @@
 #   /usr/bin/python3 -m unittest discover -s tools/reference -p 'test_*.py'
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/build.sh
+ZAYA_SETUP_ARGS=--test bash scripts/build.sh
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
 # Test binaries link the library directly (no zaya main), so choose the wait policy here (see apps/zaya/main.cpp).
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"

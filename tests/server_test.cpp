@@ -1,10 +1,14 @@
 // The HTTP server (src/serve/server.h) on loopback with a real model: the golden tiny ZAYA1 with a 512-token
-// byte-level BPE tokenizer trained here by `zaya tokenizer train` (the golden checkpoint has no tokenizer;
-// the same vocabulary size as the model). Real HTTP through cpp-httplib's client.
+// byte-level BPE tokenizer trained here (src/tokenizer/bpe_trainer.h; the golden checkpoint has no
+// tokenizer; the same vocabulary size as the model). Real HTTP through cpp-httplib's client.
 #include "serve/server.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -15,6 +19,7 @@
 #include "kernels/gemm.h"
 #include "model/generate.h"
 #include "test_util.h"
+#include "tokenizer/bpe_trainer.h"
 
 using namespace zaya;
 using json = nlohmann::json;
@@ -36,13 +41,16 @@ struct Fixture {
 
 Fixture& fixture() {
   static Fixture* f = [] {
+    // The tokenizer is trained in-process (not by the zaya binary: scripts/sanitize.sh runs this test's
+    // malformed-request case in an ASan build that has no binary).
     const std::string dir =
         std::filesystem::temp_directory_path() / ("zaya_server_test_" + std::to_string(getpid()));
     std::filesystem::create_directories(dir);
-    { std::ofstream(dir + "/text.txt") << kText << "\n" << kText << "\n"; }
-    const std::string cmd = std::string(ZAYA_BINARY) + " tokenizer train --input " + dir +
-                            "/text.txt --vocab-size 512 --out " + dir + "/tokenizer.json";
-    EXPECT_EQ(test::run_shell(cmd, dir + "/tok.log"), 0) << test::read_text(dir + "/tok.log");
+    BpeTrainerOptions to;
+    to.vocab_size = 512;
+    BpeTrainer trainer(to);
+    trainer.add_text(std::string(kText) + "\n" + kText + "\n");
+    { std::ofstream(dir + "/tokenizer.json") << trainer.train(); }
     auto* fx =
         new Fixture{ZayaModel::load(test::golden_dir()), Tokenizer::load(dir + "/tokenizer.json"), dir};
     std::atexit([] { std::filesystem::remove_all(fixture().dir); });
@@ -519,6 +527,101 @@ TEST(Server, SoakWithDisconnectsAndBadRequests) {
               kWarmup + kClients * kPerClient, (long long)rss_warm, (long long)rss_end);
   EXPECT_LT(double(rss_end), 1.10 * double(rss_warm)) << rss_warm << " kB -> " << rss_end << " kB";
   // Still serving.
+  int status = 0;
+  json r = s.post("/v1/completions", {{"prompt", "The"}, {"max_tokens", 2}}, &status);
+  EXPECT_EQ(status, 200) << r.dump();
+}
+
+// Malformed HTTP and malformed bodies on raw sockets (scripts/sanitize.sh runs this under ASan + UBSan):
+// broken request lines and headers, lying Content-Length, bad chunked encoding, bodies cut short, every file
+// of the request fuzzer's corpus truncated at several points and sent to both endpoints, binary garbage. Each
+// gets an HTTP error or a closed connection, never a crash; afterwards the server is idle and answers
+// normally.
+TEST(Server, MalformedRequests) {
+  serve::ServerOptions o;
+  o.engine.parallel = 2;
+  o.max_body_mb = 1;
+  Running s(o);
+  const int port = s.server->port();
+  // Sends raw bytes and reads what comes back until the server closes (or 1 s passes).
+  auto raw = [port](const std::string& bytes) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(uint16_t(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    std::string got;
+    if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) {
+      timeval tv{1, 0};
+      setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+      size_t at = 0;
+      while (at < bytes.size()) {
+        ssize_t n = send(fd, bytes.data() + at, bytes.size() - at, MSG_NOSIGNAL);
+        if (n <= 0) break;
+        at += size_t(n);
+      }
+      char buf[4096];
+      for (ssize_t n; (n = recv(fd, buf, sizeof(buf), 0)) > 0;) got.append(buf, size_t(n));
+    }
+    close(fd);
+    return got;
+  };
+  auto http = [](const std::string& path, const std::string& body, const std::string& extra = "") {
+    return "POST " + path +
+           " HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\n" + extra +
+           "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  };
+  std::vector<std::string> cases = {
+      "",
+      "\r\n\r\n",
+      "GARBAGE\r\n\r\n",
+      "POST\r\n\r\n",
+      "POST /v1/completions HTTP/9.9\r\n\r\n",
+      "POST /v1/completions HTTP/1.1\r\nContent-Length: -5\r\n\r\n{}",
+      "POST /v1/completions HTTP/1.1\r\nContent-Length: 99999999999999999999\r\n\r\n{}",
+      "POST /v1/completions HTTP/1.1\r\nContent-Length: 100\r\n\r\n{\"prompt\": \"cut",
+      "POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nZZ\r\nabc\r\n0\r\n\r\n",
+      "POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{\"pro\r\n",
+      "POST /v1/chat/completions HTTP/1.1\r\n" + std::string(70000, 'A') + ": b\r\n\r\n",
+      "GET /" + std::string(20000, 'a') + " HTTP/1.1\r\n\r\n",
+      http("/v1/completions", std::string("\0\xff\xfe{\"prompt\"", 11)),
+      http("/v1/chat/completions",
+           "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image_url\"}]}]}"),
+      http("/v1/chat/completions", "{\"messages\": [{\"role\": \"tool\", \"content\": {\"a\": 1}}]}"),
+      http("/v1/completions", "{\"prompt\": [[1, 2], [3, -4]]}"),
+      http("/v1/completions", "{\"prompt\": \"x\", \"n\": 1e309}"),
+      http("/v1/completions", "{\"prompt\": \"x\", \"stop\": [\"\"]}"),
+      http("/v1/completions", "{\"prompt\": \"x\", \"logit_bias\": {\"-1\": 5}}"),
+      http("/tokenize", "{\"messages\": \"no\"}"),
+      http("/detokenize", "{\"tokens\": [1.5, \"a\", null]}"),
+      http("/v1/completions", std::string(2 << 20, '[')),
+  };
+  const std::string corpus = std::string(ZAYA_SOURCE_DIR) + "/fuzz/corpus/openai_request_fuzz";
+  for (const auto& e : std::filesystem::directory_iterator(corpus)) {
+    const std::string body = test::read_text(e.path().string());
+    for (size_t cut : {body.size(), body.size() / 2, body.size() / 3, size_t(7)})
+      for (const char* route : {"/v1/completions", "/v1/chat/completions"})
+        cases.push_back(http(route, body.substr(0, std::min(cut, body.size()))));
+  }
+  int answered = 0;
+  for (const std::string& c : cases) {
+    const std::string got = raw(c);
+    if (got.empty()) continue;  // closed, or still waiting for the body it was promised
+    answered++;
+    ASSERT_EQ(got.rfind("HTTP/1.1 ", 0), 0u) << got.substr(0, 200);
+    const int status = std::atoi(got.c_str() + 9);
+    // 200 only for a corpus body that happens to be whole and valid; a few are.
+    EXPECT_TRUE(status == 200 || (status >= 400 && status < 500)) << status << " for " << c.substr(0, 120);
+  }
+  EXPECT_GT(answered, int(cases.size()) / 2);
+  bool idle = false;
+  for (int i = 0; i < 200 && !idle; i++) {
+    auto m = s.cli->Get("/metrics");
+    idle = m && m->body.find("zaya_running_sequences 0") != std::string::npos &&
+           m->body.find("zaya_waiting_sequences 0") != std::string::npos;
+    if (!idle) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(idle);
   int status = 0;
   json r = s.post("/v1/completions", {{"prompt", "The"}, {"max_tokens", 2}}, &status);
   EXPECT_EQ(status, 200) << r.dump();
