@@ -32,7 +32,7 @@ declare -A TESTS=(
   [chat_output_test]='*'
   # A real server on loopback: malformed HTTP and bodies on raw sockets, errors, a dropped stream. Not the soak
   # (ASan's quarantine grows the resident set it bounds) nor the tests that run the zaya binary.
-  [server_test]='Server.MalformedRequests:Server.RoutesAndErrors:Server.ApiKeyAndBodyLimit:Server.DisconnectFreesSlot:Server.ChatStreamsAndReusesState'
+  [server_test]='Server.MalformedRequests:Server.RoutesAndErrors:Server.ApiKeyAndBodyLimit:Server.DisconnectFreesSlot:Server.ChatStreamsAndReusesState:Server.FullQueueAnswers503'
 )
 TEST_BINARIES=(safetensors_test tokenizer_test config_test data_test checkpoint_test train_test optim_test
   bad_steps_test jinja_test openai_request_test chat_output_test server_test)

@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -90,7 +91,8 @@ struct Running {
     set_gemm_batch_invariant(true);
     o.port = 0;
     o.model_name = "golden";
-    o.engine.ctx_size = 256;  // the context-overflow test sends 300 tokens
+    if (o.engine.ctx_size == serve::EngineOptions{}.ctx_size)
+      o.engine.ctx_size = 256;  // the context-overflow test sends 300 tokens
     server = std::make_unique<serve::Server>(o);
     server->start();
     server->attach(fixture().model, fixture().tok);
@@ -625,4 +627,51 @@ TEST(Server, MalformedRequests) {
   int status = 0;
   json r = s.post("/v1/completions", {{"prompt", "The"}, {"max_tokens", 2}}, &status);
   EXPECT_EQ(status, 200) << r.dump();
+}
+
+// A full queue: one slot busy, one request waiting (queue_size 1), the next gets 503 with Retry-After and an
+// OpenAI error object; once the two streams are dropped the server is idle and serves again.
+TEST(Server, FullQueueAnswers503) {
+  serve::ServerOptions o;
+  o.engine.parallel = 1;
+  o.engine.queue_size = 1;
+  o.engine.ctx_size = 4096;
+  Running s(o);
+  std::atomic<bool> release{false};
+  json body = {{"prompt", "The jury"}, {"max_tokens", 4000}, {"ignore_eos", true}, {"stream", true}};
+  std::vector<std::thread> th;
+  for (int i = 0; i < 2; i++)
+    th.emplace_back([&] {
+      httplib::Client c("127.0.0.1", s.server->port());
+      httplib::Request req;
+      req.method = "POST";
+      req.path = "/v1/completions";
+      req.body = body.dump();
+      req.set_header("Content-Type", "application/json");
+      req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) { return !release.load(); };
+      c.send(req);
+    });
+  auto gauges = [&](const char* running, const char* waiting) {
+    for (int i = 0; i < 400; i++) {
+      auto m = s.cli->Get("/metrics");
+      if (m && m->body.find(running) != std::string::npos && m->body.find(waiting) != std::string::npos)
+        return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+    return false;
+  };
+  ASSERT_TRUE(gauges("zaya_running_sequences 1", "zaya_waiting_sequences 1"));
+  auto r =
+      s.cli->Post("/v1/completions", json({{"prompt", "x"}, {"max_tokens", 1}}).dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 503);
+  EXPECT_EQ(r->get_header_value("Retry-After"), "1");
+  json e = json::parse(r->body, nullptr, false);
+  EXPECT_TRUE(e.contains("error") && e["error"].contains("message")) << r->body;
+  release = true;
+  for (auto& t : th) t.join();
+  EXPECT_TRUE(gauges("zaya_running_sequences 0", "zaya_waiting_sequences 0"));
+  int status = 0;
+  json ok = s.post("/v1/completions", {{"prompt", "The"}, {"max_tokens", 2}}, &status);
+  EXPECT_EQ(status, 200) << ok.dump();
 }
