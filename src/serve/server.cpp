@@ -661,6 +661,20 @@ void Server::Impl::routes() {
     else
       send_json(res, 503, {{"status", "loading"}});
   });
+  if (opt.webui) {
+    // The chat page: static, and without the API key (the page asks for it and sends it to /v1). Its
+    // policy keeps it to this origin: no script, style or request goes anywhere else.
+    auto page = [](const httplib::Request&, httplib::Response& res) {
+      const std::string_view html = chat_page_html();
+      res.set_header("Content-Security-Policy",
+                     "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+                     "connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'");
+      res.set_header("Cache-Control", "no-cache");
+      res.set_content(html.data(), html.size(), "text/html; charset=utf-8");
+    };
+    http.Get("/", page);
+    http.Get("/index.html", page);
+  }
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     if (engine) {
       EngineStats st = engine->stats();

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "model/zaya.h"
@@ -33,6 +34,7 @@ struct ServerOptions {
   std::string chat_template;        // template text; empty: the built-in ZAYA1 template
   std::string chat_template_name = "zaya1.jinja";
   int http_threads = 64;  // connections served at once (each streaming client holds one)
+  bool webui = true;      // the chat page at / and /index.html (needs no API key: it asks for one)
   EngineOptions engine;
 };
 
@@ -60,5 +62,7 @@ class Server {
 
 // The built-in ZAYA1 chat template (configs/chat_templates/zaya1.jinja, compiled in).
 const char* builtin_zaya1_chat_template();
+// The chat page served at / (src/serve/web/chat.html, compiled in).
+std::string_view chat_page_html();
 
 }  // namespace zaya::serve
