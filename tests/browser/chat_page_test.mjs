@@ -175,9 +175,19 @@ async function setField(page, sel, value) {
   await page.keyboard.press("Tab");  // blur: the page sees a change event
 }
 
+// Types `text` into the message box (a "\n" as Shift+Enter, which must not send) and sends it with Enter.
 async function sendMessage(page, text) {
   await page.click("#input");
-  await page.keyboard.type(text);
+  const lines = text.split("\n");
+  for (let k = 0; k < lines.length; k++) {
+    if (k) {
+      await page.keyboard.down("Shift");
+      await page.keyboard.press("Enter");
+      await page.keyboard.up("Shift");
+    }
+    await page.keyboard.type(lines[k]);
+  }
+  check(await page.$eval("#input", (e) => e.value) === text, "the message box does not hold what was typed");
   await page.keyboard.press("Enter");
 }
 
@@ -197,10 +207,16 @@ function assistant(page, i) {
 }
 
 async function waitAnswered(page, i, timeout = 30000) {
-  await page.waitForFunction((i) => {
-    const a = document.querySelectorAll(".msg.assistant")[i];
-    return a && (a.querySelector(".stats").textContent !== "" || a.querySelector(".error"));
-  }, { timeout, polling: "mutation" }, i);
+  try {
+    await page.waitForFunction((i) => {
+      const a = document.querySelectorAll(".msg.assistant")[i];
+      return a && (a.querySelector(".stats").textContent !== "" || a.querySelector(".error"));
+    }, { timeout, polling: "mutation" }, i);
+  } catch (e) {
+    const a = await assistant(page, i);
+    throw new Error(`answer ${i} did not end (no usage line, no error) within ${timeout} ms: ` +
+      JSON.stringify(a && { ...a, reasoning: a.reasoning.length + " chars", content: a.content.length + " chars" }));
+  }
   return assistant(page, i);
 }
 
@@ -272,7 +288,7 @@ async function main() {
   // 1. Thinking on: everything the untrained model writes is reasoning, streamed.
   await setField(page, "#temperature", "0");
   await setField(page, "#max-tokens", "1000");
-  await sendMessage(page, "Hello there");
+  await sendMessage(page, "Hello\nthere");
   await page.waitForFunction(() => document.getElementById("stop").disabled === false, { timeout: 5000 });
   a = await waitAnswered(page, 1);
   check(!a.error, `answer 1 failed: ${a.error}`);
@@ -288,12 +304,13 @@ async function main() {
   check(body.chat_template_kwargs && body.chat_template_kwargs.enable_thinking === true, "enable_thinking not sent");
   check(body.model === modelName && body.temperature === 0 && body.max_tokens === 1000,
     `settings not sent: ${JSON.stringify(body)}`);
-  check(JSON.stringify(body.messages) === JSON.stringify([{ role: "user", content: "Hello there" }]),
+  check(JSON.stringify(body.messages) === JSON.stringify([{ role: "user", content: "Hello\nthere" }]),
     `turn 1 messages: ${JSON.stringify(body.messages)}`);
   log(`turn 1 (thinking): ${states.length} streamed states, ${a.reasoning.length} chars of reasoning; ${a.stats}`);
 
-  // 2. Thinking off: the text is the answer; the request holds both turns.
+  // 2. Thinking off: the text is the answer; the request holds both turns, after the system prompt.
   await page.click("#thinking");
+  await setField(page, "#system", "You are terse.");
   await sendMessage(page, "And then?");
   a = await waitAnswered(page, 2);
   check(!a.error, `answer 2 failed: ${a.error}`);
@@ -305,8 +322,9 @@ async function main() {
   body = chatBodies[chatBodies.length - 1];
   check(body.chat_template_kwargs.enable_thinking === false, "enable_thinking=false not sent");
   const roles = body.messages.map((m) => m.role).join(",");
-  check(roles === "user,assistant,user" && body.messages[0].content === "Hello there" &&
-    body.messages[2].content === "And then?", `turn 2 messages: ${JSON.stringify(body.messages)}`);
+  check(roles === "system,user,assistant,user" && body.messages[0].content === "You are terse." &&
+    body.messages[1].content === "Hello\nthere" && body.messages[3].content === "And then?",
+    `turn 2 messages: ${JSON.stringify(body.messages)}`);
   log(`turn 2 (no thinking): ${states.length} streamed states, ${a.content.length} chars of content; ${a.stats}`);
 
   // 3. Stop: a long answer is aborted and the server frees the slot.
@@ -333,6 +351,18 @@ async function main() {
   check(await page.$eval("#send", (e) => !e.disabled) && await page.$eval("#stop", (e) => e.disabled),
     "Send/Stop not reset after Stop");
   log(`Stop: ${len} chars shown, the server's slot free ${Date.now() - tStop} ms after Stop`);
+
+  // 4. New chat: the page and the conversation start over; the server answers again.
+  await page.click("#clear");
+  check(await page.$$eval(".msg", (m) => m.length) === 0, "New chat left messages on the page");
+  await setField(page, "#max-tokens", "8");
+  await sendMessage(page, "Fresh start");
+  a = await waitAnswered(page, 0);
+  check(!a.error && /^\d+ tokens/.test(a.stats), `answer after New chat: ${JSON.stringify(a)}`);
+  body = chatBodies[chatBodies.length - 1];
+  check(body.messages.map((m) => m.role).join(",") === "system,user" && body.messages[1].content === "Fresh start",
+    `messages after New chat: ${JSON.stringify(body.messages)}`);
+  log(`New chat: a fresh conversation answered (${a.stats})`);
 
   check(pageErrors.length === 0, `the page threw: ${pageErrors.join("; ")}`);
   check(offOrigin.length === 0, `requests off the server's origin: ${offOrigin.join(", ")}`);
