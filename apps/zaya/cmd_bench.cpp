@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "bench_serve.h"
 #include "ckpt/async_saver.h"
 #include "ckpt/checkpoint.h"
 #include "cli.h"
@@ -488,7 +489,14 @@ int cmd_bench(int argc, char** argv) {
   ckp->add_option("--optimizer", c_optim, "adamw (2 moments for every parameter) or zaya (Muon split)")
       ->check(CLI::IsMember({"adamw", "zaya"}));
   ckp->add_flag("--keep", c_keep, "keep the last checkpoint (its path is in the JSON)");
+  auto* srv = app.add_subcommand(
+      "serve",
+      "serving speed as a client sees it (TTFT, TPOT, ITL, tokens/s at several concurrencies), like vllm "
+      "bench serve: against --url, or a server started in this process");
+  zaya::app::BenchServeOptions s_opt;
+  zaya::app::add_bench_serve_options(*srv, s_opt);
   ZAYA_PARSE(app, argc, argv);
+  if (srv->parsed()) return zaya::app::bench_serve(s_opt);
   if (invariant || d_invariant) zaya::set_gemm_batch_invariant(true);
   if (dec->parsed()) {
     std::vector<int64_t> batches;
@@ -523,7 +531,8 @@ int cmd_bench(int argc, char** argv) {
 }
 
 zaya::app::Register reg(
-    "bench", "benchmarks (forward, decode, train, checkpoint): tokens/s, GFLOP/s, MFU vs measured GEMM peak",
+    "bench",
+    "benchmarks (forward, decode, train, checkpoint, serve): tokens/s, GFLOP/s, MFU vs measured GEMM peak",
     cmd_bench);
 
 }  // namespace

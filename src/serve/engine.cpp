@@ -216,6 +216,8 @@ void Engine::finish(Seq& s, const char* reason) {
 
 void Engine::step() {
   const int64_t V = model_.cfg.vocab_size;
+  const auto t_step = Clock::now();
+  double forward_s = 0;
   // Cancelled sequences leave first.
   for (auto& s : running_)
     if (s->handle->cancelled()) finish(*s, "abort");
@@ -245,7 +247,9 @@ void Engine::step() {
   int64_t step_tokens = 0;
   if (!batch.empty()) {
     try {
+      const auto t0 = Clock::now();
       zaya_forward_seqs(model_, batch, logits, rows, scratch_);
+      forward_s = std::chrono::duration<double>(Clock::now() - t0).count();
     } catch (const std::exception& ex) {
       // Not expected (submit() validated the tokens): end the step's sequences rather than the server.
       std::fprintf(stderr, "zaya serve: engine step failed, ending its %zu sequences: %s\n", batch.size(),
@@ -313,7 +317,21 @@ void Engine::step() {
         ++it;
       }
     }
-    stats_.steps += batch.empty() ? 0 : 1;
+    if (!batch.empty()) {
+      stats_.steps++;
+      const double step_s = std::chrono::duration<double>(Clock::now() - t_step).count();
+      if (prefill > 0) {
+        stats_.prefill_steps++;
+        stats_.prefill_step_s += step_s;
+      } else {
+        stats_.decode_steps++;
+        stats_.decode_step_s += step_s;
+        stats_.decode_step_seqs += int64_t(batch.size());
+      }
+      stats_.step_tokens += step_tokens;
+      stats_.step_seqs += int64_t(batch.size());
+      stats_.forward_s += forward_s;
+    }
     stats_.prefill_tokens += prefill;
     stats_.generated_tokens += generated;
     stats_.running = int64_t(running_.size());

@@ -90,6 +90,14 @@ struct EngineStats {
   int64_t prompt_tokens = 0, prefill_tokens = 0, cached_tokens = 0, generated_tokens = 0;
   int64_t cache_entries = 0;
   size_t cache_bytes = 0;
+  // Where the engine thread's time goes (cumulative; `zaya bench serve` takes differences). A step is
+  // "prefill" when it processes prompt tokens (it may hold decode tokens too), else "decode".
+  int64_t prefill_steps = 0, decode_steps = 0;
+  int64_t step_tokens = 0, step_seqs = 0;  // summed over steps: tokens and sequences per forward
+  int64_t decode_step_seqs = 0;            // summed over decode steps: their batch sizes
+  double prefill_step_s = 0,
+         decode_step_s = 0;  // wall time of the whole step (forward + sampling + hand-off)
+  double forward_s = 0;      // of which in zaya_forward_seqs
 };
 
 // Thrown by submit() when the queue is full.

@@ -770,6 +770,7 @@ void Server::Impl::routes() {
 Server::Server(ServerOptions opt) : impl_(std::make_unique<Impl>()) {
   impl_->opt = std::move(opt);
   impl_->http.set_payload_max_length(size_t(impl_->opt.max_body_mb) << 20);
+  impl_->http.set_tcp_nodelay(true);
   const int threads = impl_->opt.http_threads;
   impl_->http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   impl_->routes();
@@ -818,6 +819,10 @@ void Server::stop() {
   if (listener_.joinable()) listener_.join();
   impl_->ready = false;
   impl_->engine.reset();
+}
+
+EngineStats Server::engine_stats() const {
+  return impl_ && impl_->engine ? impl_->engine->stats() : EngineStats{};
 }
 
 void Server::wait() {

@@ -49,6 +49,8 @@ class Server {
   void attach(const ZayaModel& model, const Tokenizer& tokenizer);
   void stop();
   int port() const { return port_; }
+  // The engine's counters (zeros before attach()).
+  EngineStats engine_stats() const;
   // Blocks until stop() (or a fatal listener error).
   void wait();
 
