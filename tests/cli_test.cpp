@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 
 #include "io/safetensors.h"
 #include "test_util.h"
@@ -259,4 +260,59 @@ TEST(Cli, InitRefusesANonEmptyOutAndLeavesNoStaleTokenizer) {
   EXPECT_NE(zaya::test::read_text(out + "/model.safetensors"), weights) << "seed 1 is another model";
   fs::remove_all(out);
   fs::remove(tok);
+}
+
+// `zaya bench serve` with its in-process server on the golden tiny model: one JSON line per concurrency (and
+// per GEMM mode of the reruns), every request complete with exactly --output-len tokens, then the bars.
+// Shapes and counts only: no timing is asserted.
+TEST(Cli, BenchServeWritesOneLinePerConcurrencyAndTheBars) {
+  const std::string g = zaya::test::golden_dir(),
+                    out = tmp("zaya_cli_bench_serve_" + std::to_string(getpid()));
+  std::filesystem::remove(out + ".jsonl");
+  Proc r = run("bench serve --config " + g +
+               "/config.json --dtype fp32 --concurrency 1,2 --num-prompts 3 --output-len 4 --input-len-min 8 "
+               "--input-len-max 16 --out " +
+               out + ".jsonl");
+  ASSERT_EQ(r.status, 0) << r.out;
+  std::vector<nlohmann::json> lines;
+  {
+    std::ifstream f(out + ".jsonl");
+    std::string line;
+    while (std::getline(f, line)) lines.push_back(nlohmann::json::parse(line));
+  }
+  ASSERT_EQ(lines.size(), 4u) << r.out;  // c1, c1 with the other GEMM mode, c2, the bars
+  const std::vector<std::pair<int, bool>> want = {{1, true}, {1, false}, {2, true}};
+  for (size_t i = 0; i < want.size(); i++) {
+    const auto& j = lines[i];
+    SCOPED_TRACE(j.dump());
+    EXPECT_EQ(j["bench"], "serve");
+    EXPECT_EQ(j["concurrency"], want[i].first);
+    EXPECT_EQ(j["batch_invariant"], want[i].second);
+    EXPECT_EQ(j["dtype"], "fp32");
+    EXPECT_EQ(j["num_prompts"], 3);
+    EXPECT_EQ(j["completed"], 3);
+    EXPECT_EQ(j["failed"], 0);
+    EXPECT_EQ(j["output_tokens"], 12);
+    EXPECT_GE(j["input_tokens"].get<int>(), 3 * 8);
+    EXPECT_LE(j["input_tokens"].get<int>(), 3 * 16);
+    // The synthetic tokenizer's words count the tokens of events that hold several.
+    EXPECT_EQ(j["streamed_tokens"], 12);
+    EXPECT_LE(j["token_events"].get<int>(), 12);
+    EXPECT_GE(j["token_events"].get<int>(), 3);
+    for (const char* k : {"ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"})
+      for (const char* q : {"mean", "p50", "p99"}) EXPECT_GE(j[k][q].get<double>(), 0) << k << " " << q;
+    EXPECT_GT(j["output_tokens_per_s"].get<double>(), 0);
+    EXPECT_GT(j["requests_per_s"].get<double>(), 0);
+    EXPECT_EQ(j["server"]["prefill_tokens"], j["input_tokens"]);
+    EXPECT_EQ(j["server"]["prefill_steps"].get<int>() + j["server"]["decode_steps"].get<int>(),
+              j["server"]["steps"].get<int>());
+  }
+  const auto& bars = lines[3];
+  SCOPED_TRACE(bars.dump());
+  EXPECT_EQ(bars["bench"], "serve_bars");
+  EXPECT_GT(bars["c1_decode_vs_generate"]["value"].get<double>(), 0);
+  EXPECT_GT(bars["c1_prefill_vs_bench_forward"]["value"].get<double>(), 0);
+  EXPECT_TRUE(bars["batch_invariance_cost"].contains("c1"));
+  EXPECT_FALSE(bars.contains("c8_over_c1_output_tokens_per_s"));  // no concurrency 8 in this run
+  std::filesystem::remove(out + ".jsonl");
 }

@@ -704,3 +704,40 @@ TEST(Server, FullQueueAnswers503) {
   json ok = s.post("/v1/completions", {{"prompt", "The"}, {"max_tokens", 2}}, &status);
   EXPECT_EQ(status, 200) << ok.dump();
 }
+
+// `zaya bench serve --url` as a client of a running server (its real tokenizer may hold text back, so the
+// token counts come from the streamed log-probabilities and the usage), including the chat endpoint.
+TEST(Server, BenchServeAgainstARunningServer) {
+  Running s;
+  // Prompt ids the model has but the tokenizer does not (a padded vocabulary: here 512 vs the tokenizer's
+  // ~450) are served; their text is empty (it was a 500: the prompt's text for echo decoded them).
+  int status = 0;
+  json r = s.post("/v1/completions", {{"prompt", {2, 511, 500}}, {"max_tokens", 2}, {"echo", true}}, &status);
+  EXPECT_EQ(status, 200) << r.dump();
+  const std::string log =
+      (std::filesystem::temp_directory_path() / ("zaya_bench_url_" + std::to_string(getpid()) + ".log"))
+          .string();
+  for (const char* endpoint : {"completions", "chat"}) {
+    SCOPED_TRACE(endpoint);
+    const std::string cmd = std::string(ZAYA_BINARY) +
+                            " bench serve --url http://127.0.0.1:" + std::to_string(s.server->port()) +
+                            " --endpoint " + endpoint +
+                            " --concurrency 2 --num-prompts 3 --output-len 5 --input-len-min 4 "
+                            "--input-len-max 12 --vocab-size 512 --logprobs";
+    ASSERT_EQ(test::run_shell(cmd, log), 0) << test::read_text(log);
+    std::istringstream in(test::read_text(log));
+    std::string line;
+    std::vector<json> lines;
+    while (std::getline(in, line))
+      if (!line.empty() && line[0] == '{') lines.push_back(json::parse(line));
+    ASSERT_EQ(lines.size(), 1u) << test::read_text(log);  // no bars: they need the in-process server
+    const json& j = lines[0];
+    EXPECT_EQ(j["bench"], "serve");
+    EXPECT_EQ(j["model"], "golden");  // from /v1/models
+    EXPECT_EQ(j["completed"], 3);
+    EXPECT_EQ(j["output_tokens"], 15);
+    EXPECT_EQ(j["streamed_tokens"], 15);               // --logprobs: each event lists its tokens
+    EXPECT_GT(j["server"]["steps"].get<double>(), 0);  // from /metrics
+  }
+  std::filesystem::remove(log);
+}

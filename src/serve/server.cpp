@@ -161,6 +161,12 @@ struct Server::Impl {
   std::string token_shown(int32_t id, bool as_id) const {
     return as_id ? "token_id:" + std::to_string(id) : token_text(id);
   }
+  std::string ids_text(const std::vector<int32_t>& ids) const {
+    std::vector<int32_t> known;
+    for (int32_t id : ids)
+      if (id < tok->vocab_size()) known.push_back(id);
+    return tok->decode(known, false);
+  }
 };
 
 namespace {
@@ -411,7 +417,7 @@ void Server::Impl::handle_completions(const httplib::Request& hreq, httplib::Res
       auto part = submit_choices(*this, ids, r->sampling, score_prompt, false, int(runs->size()));
       for (auto& c : part) runs->push_back(std::move(c));
       prompts->push_back(ids);
-      prompt_text->push_back(p.is_ids ? tok->decode(ids, false) : p.text);
+      prompt_text->push_back(p.is_ids ? ids_text(ids) : p.text);
     }
   } catch (...) {
     cancel_all(*runs);
