@@ -32,11 +32,11 @@ fig.suptitle(title)
 for mode, rs in sorted(series.items(), key=lambda kv: str(kv[0])):
     rs = sorted(rs, key=lambda r: r["concurrency"])
     c = [r["concurrency"] for r in rs]
-    style = "o-" if mode in (True, None) else "s--"
-    axes[0].plot(c, [r["output_tokens_per_s"] for r in rs], style, label=label[mode])
+    color, marker = ("C0", "o") if mode in (True, None) else ("C1", "s")
+    axes[0].plot(c, [r["output_tokens_per_s"] for r in rs], marker + "-", color=color, label=label[mode])
     for ax, key in ((axes[1], "ttft_ms"), (axes[2], "tpot_ms")):
-        ax.plot(c, [r[key]["p50"] for r in rs], style, label=f"{label[mode]} p50")
-        ax.plot(c, [r[key]["p99"] for r in rs], style, alpha=0.45, label=f"{label[mode]} p99")
+        ax.plot(c, [r[key]["p50"] for r in rs], marker + "-", color=color, label=f"{label[mode]} p50")
+        ax.plot(c, [r[key]["p99"] for r in rs], marker + ":", color=color, alpha=0.5, label=f"{label[mode]} p99")
 for ax, name in zip(axes, ("output tokens/s", "TTFT (ms)", "TPOT (ms)")):
     ax.set_xscale("log", base=2)
     cs = sorted({r["concurrency"] for r in rows})
