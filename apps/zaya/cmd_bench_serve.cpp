@@ -692,6 +692,7 @@ json Bench::run_level(int64_t c, bool invariant, const std::vector<Prompt>& prom
         dec_s > 0 ? double(es1.decode_step_seqs - es0.decode_step_seqs) / dec_s : 0;  // decode-only steps
     srv["mean_decode_step_ms"] = dsteps ? dec_s / double(dsteps) * 1e3 : 0;
     srv["busy_fraction"] = duration > 0 ? (pre_s + dec_s) / duration : 0;
+    srv["idle_s"] = es1.idle_s - es0.idle_s;
     // Engine time outside the forward (batch assembly, sampling, log-probabilities, handing tokens over).
     const double fwd = es1.forward_s - es0.forward_s;
     srv["outside_forward_fraction"] = pre_s + dec_s > 0 ? 1.0 - fwd / (pre_s + dec_s) : 0;

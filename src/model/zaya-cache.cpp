@@ -31,7 +31,7 @@ void ZayaCache::reserve(const ZayaConfig& cfg, int64_t n) {
   for (auto& l : layers) {
     if (l.len + n <= l.cap) continue;
     int64_t cap = std::max<int64_t>({l.len + n, 2 * l.cap, 64});
-    std::vector<float> k(B * Hk * cap * d), v(B * Hk * cap * d);
+    std::vector<float, UninitAllocator<float>> k(B * Hk * cap * d), v(B * Hk * cap * d);
     // Nothing to keep in an empty cache, whose l.k.data() may be null (memcpy from null is UB even for 0
     // bytes).
     for (int64_t bh = 0; l.len > 0 && bh < B * Hk; bh++) {
@@ -55,8 +55,10 @@ void ZayaCache::assign_state(const ZayaConfig& cfg, const ZayaCache& src) {
     const ZayaLayerCache& s = src.layers[li];
     if (l.cap < s.len) {
       l.cap = s.len;
-      l.k.assign(B * Hk * l.cap * d, 0.f);
-      l.v.assign(B * Hk * l.cap * d, 0.f);
+      l.k.clear();  // no copy of the old keys (resize would move them), no zeroing of the new
+      l.v.clear();
+      l.k.resize(B * Hk * l.cap * d);
+      l.v.resize(B * Hk * l.cap * d);
     }
     for (int64_t bh = 0; s.len > 0 && bh < B * Hk; bh++) {
       std::memcpy(l.k.data() + bh * l.cap * d, s.k.data() + bh * s.cap * d, s.len * d * sizeof(float));

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "core/profile.h"
 
 namespace zaya::serve {
 
@@ -115,14 +116,21 @@ std::shared_ptr<SeqHandle> Engine::submit(SeqRequest req) {
 
 EngineStats Engine::stats() const {
   std::lock_guard<std::mutex> lk(mu_);
-  return stats_;
+  EngineStats st = stats_;
+  if (waiting_for_work_)  // the wait in progress counts up to now
+    st.idle_s += std::chrono::duration<double>(Clock::now() - idle_since_).count();
+  return st;
 }
 
 void Engine::loop() {
   for (;;) {
     {
       std::unique_lock<std::mutex> lk(mu_);
+      idle_since_ = Clock::now();
+      waiting_for_work_ = true;
       cv_.wait(lk, [&] { return stop_ || !waiting_.empty() || !running_.empty(); });
+      waiting_for_work_ = false;
+      stats_.idle_s += std::chrono::duration<double>(Clock::now() - idle_since_).count();
       if (stop_) return;
       admit_locked();
     }
@@ -131,6 +139,7 @@ void Engine::loop() {
 }
 
 void Engine::admit_locked() {
+  ZAYA_PROFILE_SCOPE("serve_admit");
   while (int64_t(running_.size()) < opt_.parallel && !waiting_.empty()) {
     std::unique_ptr<Seq> s = std::move(waiting_.front());
     waiting_.pop_front();
@@ -181,6 +190,7 @@ int64_t Engine::cache_lookup(const std::vector<int32_t>& prompt, ZayaCache& cach
 
 void Engine::cache_store(const Seq& s) {
   if (!opt_.cache_prompt || s.fed.empty()) return;
+  ZAYA_PROFILE_SCOPE("serve_cache_store");
   // A stored list that the new one extends (or equals) is superseded by it.
   for (auto it = lru_.begin(); it != lru_.end();) {
     if (it->tokens.size() <= s.fed.size() &&
@@ -287,7 +297,10 @@ void Engine::step() {
       s.fed.push_back(s.out.back());
     }
     SeqEvent ev;
-    ev.token = s.sampler->sample(row, V, &s.history);
+    {
+      ZAYA_PROFILE_SCOPE("serve_sample");
+      ev.token = s.sampler->sample(row, V, &s.history);
+    }
     s.history.add_generated(ev.token);
     s.out.push_back(ev.token);
     if (s.req.top_logprobs >= 0)

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -98,6 +99,7 @@ struct EngineStats {
   double prefill_step_s = 0,
          decode_step_s = 0;  // wall time of the whole step (forward + sampling + hand-off)
   double forward_s = 0;      // of which in zaya_forward_seqs
+  double idle_s = 0;         // waiting for work (nothing running or queued)
 };
 
 // Thrown by submit() when the queue is full.
@@ -153,6 +155,8 @@ class Engine {
   std::list<CacheEntry> lru_;                  // most recent first
   size_t lru_bytes_ = 0;
   EngineStats stats_;
+  bool waiting_for_work_ = false;  // the engine thread waits for a sequence (since idle_since_)
+  std::chrono::steady_clock::time_point idle_since_;
   ForwardScratch scratch_;
   std::vector<float> logits_;  // [rows, V] of the last step
   std::vector<int64_t> logit_row_;
