@@ -6,6 +6,7 @@
 
 #include "core/profile.h"
 #include "kernels/gemm.h"
+#include "kernels/gemm_small.h"
 
 namespace zaya {
 
@@ -84,25 +85,22 @@ void attention_rows(float* out, float* lse, const float* q, int64_t q_stride, co
 
 }  // namespace
 
-void attention_forward(float* out, float* lse, const float* q, int64_t q_stride, const float* k,
-                       const float* v, const int64_t* q_pos, const uint8_t* key_valid,
-                       const AttentionArgs& a) {
-  ZAYA_PROFILE_SCOPE("attention");
-  // Few queries: per-row dot products. Batch-invariant mode (gemm.h) takes this path for every call, so that
-  // a query's output does not depend on how many queries share the call (the scheduler's prefill chunks); the
-  // blocked path below rounds K, V and P to bf16 under bf16 weights and would differ from it.
-  if (a.S < 32 || gemm_batch_invariant())
-    return attention_rows(out, lse, q, q_stride, k, v, q_pos, key_valid, a);
+namespace {
+
+// Per query head and block of kQB queries: scores[rows, keys] = Q · Kᵀ / √d (a GEMM) over the keys up to the
+// block's last visible one (causality skips the rest), masked softmax per row, O = P · V. (head, block) items
+// run in parallel (when `parallel`) with single-threaded GEMMs (gemm() stays on the calling thread inside a
+// parallel region). `bf16`: K and V rounded to bf16 once per call (gemm() rounds Q and P). `invariant`: fp32
+// products on zaya's small kernel called directly, bitwise what gemm()'s row-invariant backend computes for
+// fp32 (gemm_rows.h runs it per tile) without its per-call dispatch (~2.5 us a call: 16 calls per decode
+// token and layer).
+void attention_blocks(float* out, float* lse, const float* q, int64_t q_stride, const float* k,
+                      const float* v, const int64_t* q_pos, const uint8_t* key_valid, const AttentionArgs& a,
+                      bool bf16, bool parallel, bool invariant) {
   const int64_t G = a.Hq / a.Hk, d = a.d, S = a.S, n = a.n_keys;
   const float scale = 1.0f / std::sqrt(float(d));
-  // Per query head and block of kQB queries: scores[rows, keys] = Q · Kᵀ / √d (a GEMM) over the keys up to
-  // the block's last visible one (causality skips the rest), masked softmax per row, O = P · V. (head, block)
-  // items run in parallel with single-threaded GEMMs (gemm() stays on the calling thread inside a parallel
-  // region).
   constexpr int64_t kQB = 128;
   const int64_t n_blocks = (S + kQB - 1) / kQB;
-  // bf16 products: round K and V once per call; gemm() rounds Q and P (fp32 operands paired with bf16).
-  const bool bf16 = a.gemm_dtype == DType::BF16;
   std::vector<uint16_t> k16, v16;
   if (bf16) {
     k16.resize(a.Hk * n * d);
@@ -112,7 +110,7 @@ void attention_forward(float* out, float* lse, const float* q, int64_t q_stride,
       convert_f32_to_bf16(v16.data() + j * n * d, v + j * a.key_stride, n * d);
     }
   }
-#pragma omp parallel for collapse(2) schedule(dynamic, 1)
+#pragma omp parallel for collapse(2) schedule(dynamic, 1) if (parallel)
   for (int64_t h = 0; h < a.Hq; h++) {
     for (int64_t qb = 0; qb < n_blocks; qb++) {
       const int64_t t0 = qb * kQB, rows = std::min(kQB, S - t0);
@@ -138,7 +136,11 @@ void attention_forward(float* out, float* lse, const float* q, int64_t q_stride,
         kref = {k16.data() + ((h / G) * n + key_lo) * d, DType::BF16, d, true};
         vref = {v16.data() + ((h / G) * n + key_lo) * d, DType::BF16, d, false};
       }
-      gemm(rows, nk, d, scale, mat(q + t0 * q_stride + h * d, q_stride), kref, 0.f, scores.data(), nk);
+      if (invariant)
+        gemm_small_f32(rows, nk, d, scale, mat(q + t0 * q_stride + h * d, q_stride), kref, 0.f, scores.data(),
+                       nk);
+      else
+        gemm(rows, nk, d, scale, mat(q + t0 * q_stride + h * d, q_stride), kref, 0.f, scores.data(), nk);
       for (int64_t t = 0; t < rows; t++) {
         int64_t first, last;
         visible_range(q_pos[t0 + t], a, &first, &last);
@@ -146,9 +148,34 @@ void attention_forward(float* out, float* lse, const float* q, int64_t q_stride,
                                      key_valid ? key_valid + key_lo : nullptr);
         if (lse) lse[(t0 + t) * a.Hq + h] = l;
       }
-      gemm(rows, d, nk, 1.f, mat(scores.data(), nk), vref, 0.f, o, a.Hq * d);
+      if (invariant)
+        gemm_small_f32(rows, d, nk, 1.f, mat(scores.data(), nk), vref, 0.f, o, a.Hq * d);
+      else
+        gemm(rows, d, nk, 1.f, mat(scores.data(), nk), vref, 0.f, o, a.Hq * d);
     }
   }
+}
+
+}  // namespace
+
+void attention_forward(float* out, float* lse, const float* q, int64_t q_stride, const float* k,
+                       const float* v, const int64_t* q_pos, const uint8_t* key_valid,
+                       const AttentionArgs& a) {
+  ZAYA_PROFILE_SCOPE("attention");
+  // Batch-invariant mode (gemm.h): every call, decode included, takes the blocked path in fp32, whose GEMMs
+  // then run on the row-invariant kernel. A query's output is then the same however many queries share the
+  // call (the scheduler's prefill chunks) or the block: its score row is a dot product over d in a fixed
+  // order, its softmax runs over its visible keys in order (the block's other keys are exact zeros, added
+  // after or before them), and P·V is one fused multiply-add chain over the keys in order (B stored [K, N]:
+  // gemm_rows.h), to which the zeros of keys it cannot see add nothing. (The per-row loop below would be
+  // invariant too, but is ~5x slower for long prefills.)
+  if (gemm_batch_invariant())
+    return attention_blocks(out, lse, q, q_stride, k, v, q_pos, key_valid, a, /*bf16=*/false,
+                            /*parallel=*/a.S * a.Hq * a.n_keys > 8192, /*invariant=*/true);
+  // Few queries: per-row dot products.
+  if (a.S < 32) return attention_rows(out, lse, q, q_stride, k, v, q_pos, key_valid, a);
+  attention_blocks(out, lse, q, q_stride, k, v, q_pos, key_valid, a, a.gemm_dtype == DType::BF16,
+                   /*parallel=*/true, /*invariant=*/false);
 }
 
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, int64_t q_stride,
