@@ -5,6 +5,7 @@
 
 #include "core/profile.h"
 #include "kernels/gemm.h"
+#include "kernels/gemm_small.h"
 
 namespace zaya {
 
@@ -27,10 +28,31 @@ void cca_conv_forward(float* out, float* mid, const float* frames, const float* 
   // j. Per group g and tap j this is a GEMM: out[:, g·d:(g+1)·d] += mid[j : j+S, g·d:(g+1)·d] · W1[g·d:…, :,
   // j]ᵀ, with the tap-major weights w1t[j][o][c'] re-laid from [o][c'][j].
   const int64_t groups = dm.Hq + dm.Hk;
-  // Decode and short chunks: direct loops (a GEMM per group would be all call overhead). Batch-invariant mode
-  // (gemm.h) always takes the GEMM path: a position's output must not depend on how many positions share the
-  // call (prefill chunks are cut by the scheduler's token budget, which depends on the other sequences).
-  if (S < 16 && !gemm_batch_invariant()) {
+  // Batch-invariant mode (gemm.h): one path for every call, decode included, so that a position's output
+  // does not depend on how many positions share the call (prefill chunks are cut by the scheduler's token
+  // budget, which depends on the other sequences). Per group, the taps' inputs side by side (x[t][c'·t1 + j]
+  // = m_{t-t1+1+j}[g·d + c']) times the weights as stored ([o][c'][j], rows of d·t1): one dot-form product
+  // per group on zaya's small kernel (a fixed order per element over the d·t1 terms, whatever S;
+  // gemm_small.h), with no re-laid weights and no dispatch: a decode step's convolution ran a 330 kB weight
+  // transpose, a parallel region and 20 gemm() calls per layer (236 vs 50 us a call for mid.json).
+  if (gemm_batch_invariant()) {
+    const int64_t K = d * t1;
+#pragma omp parallel for schedule(dynamic, 1) if (S * C * K > (int64_t(1) << 18))
+    for (int64_t g = 0; g < groups; g++) {
+      thread_local std::vector<float> x;
+      x.resize(S * K);
+      for (int64_t t = 0; t < S; t++)
+        for (int64_t c = 0; c < d; c++)
+          for (int64_t j = 0; j < t1; j++) x[t * K + c * t1 + j] = mid[(t + j) * C + g * d + c];
+      gemm_small_f32(S, d, K, 1.f, mat(x.data(), K), mat(w1 + g * d * K, K, /*trans=*/true), 0.f, out + g * d,
+                     C);
+    }
+    for (int64_t t = 0; t < S; t++)
+      for (int64_t o = 0; o < C; o++) out[t * C + o] += b1[o];
+    return;
+  }
+  // Decode and short chunks: direct loops (a GEMM per group would be all call overhead).
+  if (S < 16) {
     for (int64_t t = 0; t < S; t++) {
       for (int64_t o = 0; o < C; o++) {
         const float* w = w1 + o * d * t1;
