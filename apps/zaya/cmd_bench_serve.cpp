@@ -356,40 +356,35 @@ struct Reference {
   }
 };
 
-Reference measure_reference(const ZayaModel& model, const std::vector<Prompt>& prompts, int64_t n_forward,
-                            int64_t n_generate, int64_t out_len, const SamplerConfig& sampler) {
+// Both on one prompt: the forward twice (the first a warm-up of this shape, as zaya bench forward runs one),
+// then the generation.
+Reference measure_reference(const ZayaModel& model, const Prompt& prompt, int64_t out_len,
+                            const SamplerConfig& sampler) {
   Reference ref;
   ForwardScratch sc;
   ForwardResult res;
   ForwardOptions fo;  // all positions' logits, as zaya bench forward
-  n_forward = std::min<int64_t>(n_forward, int64_t(prompts.size()));
-  n_generate = std::min<int64_t>(n_generate, int64_t(prompts.size()));
-  for (int64_t i = 0; i < n_forward; i++) {
-    const auto& ids = prompts[size_t(i)].ids;
-    for (int r = 0; r < 2; r++) {  // r == 0: a warm-up of this shape, as zaya bench forward does
-      ZayaCache cache(model.cfg, 1);
-      const auto t0 = Clock::now();
-      zaya_forward(model, cache, ids.data(), nullptr, 1, int64_t(ids.size()), fo, res, sc);
-      if (r == 1) {
-        ref.forward_s += seconds_since(t0);
-        ref.forward_tokens += int64_t(ids.size());
-      }
+  const auto& ids = prompt.ids;
+  for (int r = 0; r < 2; r++) {
+    ZayaCache cache(model.cfg, 1);
+    const auto t0 = Clock::now();
+    zaya_forward(model, cache, ids.data(), nullptr, 1, int64_t(ids.size()), fo, res, sc);
+    if (r == 1) {
+      ref.forward_s += seconds_since(t0);
+      ref.forward_tokens += int64_t(ids.size());
     }
   }
-  for (int64_t i = 0; i < n_generate; i++) {
-    const auto& ids = prompts[size_t(i)].ids;
-    GenerateOptions go;
-    go.max_new_tokens = out_len;
-    go.sampler = sampler;
-    go.stop_at_eos = false;
-    GenerateStats st;
-    generate(model, ids.data(), 1, int64_t(ids.size()), go, nullptr, nullptr, &st);
-    ref.gen_prompt_tokens += st.prompt_tokens;
-    ref.gen_prefill_s += st.prefill_s;
-    // decode_s holds new_tokens - 1 forwards (the first token comes from the prefill), as TPOT does.
-    ref.gen_decode_tokens += st.new_tokens - 1;
-    ref.gen_decode_s += st.decode_s;
-  }
+  GenerateOptions go;
+  go.max_new_tokens = out_len;
+  go.sampler = sampler;
+  go.stop_at_eos = false;
+  GenerateStats st;
+  generate(model, ids.data(), 1, int64_t(ids.size()), go, nullptr, nullptr, &st);
+  ref.gen_prompt_tokens += st.prompt_tokens;
+  ref.gen_prefill_s += st.prefill_s;
+  // decode_s holds new_tokens - 1 forwards (the first token comes from the prefill), as TPOT does.
+  ref.gen_decode_tokens += st.new_tokens - 1;
+  ref.gen_decode_s += st.decode_s;
   return ref;
 }
 
@@ -470,6 +465,36 @@ std::string shell_quote(const std::string& s) {
   return q + "'";
 }
 
+// b - a for the engine's cumulative counters (the gauges are b's).
+serve::EngineStats stats_delta(const serve::EngineStats& a, const serve::EngineStats& b) {
+  serve::EngineStats d = b;
+  d.steps -= a.steps;
+  d.prompt_tokens -= a.prompt_tokens;
+  d.prefill_tokens -= a.prefill_tokens;
+  d.cached_tokens -= a.cached_tokens;
+  d.generated_tokens -= a.generated_tokens;
+  d.prefill_steps -= a.prefill_steps;
+  d.decode_steps -= a.decode_steps;
+  d.step_tokens -= a.step_tokens;
+  d.step_seqs -= a.step_seqs;
+  d.decode_step_seqs -= a.decode_step_seqs;
+  d.prefill_step_s -= a.prefill_step_s;
+  d.decode_step_s -= a.decode_step_s;
+  d.forward_s -= a.forward_s;
+  d.idle_s -= a.idle_s;
+  return d;
+}
+
+void stats_add(serve::EngineStats& acc, const serve::EngineStats& d) {
+  serve::EngineStats zero;
+  serve::EngineStats neg = stats_delta(d, zero);  // -d
+  acc = stats_delta(neg, acc);                    // acc - (-d)
+}
+
+double median(std::vector<double> v) {
+  return quantile(std::move(v), 0.5);
+}
+
 class Bench {
  public:
   explicit Bench(const BenchServeOptions& o) : o_(o) {}
@@ -479,9 +504,14 @@ class Bench {
   void start_in_process();
   void warm_up();
   json run_level(int64_t c, bool invariant, const std::vector<Prompt>& prompts);
+  json level_json(int64_t c, bool invariant, const std::vector<Prompt>& prompts,
+                  const std::vector<ReqResult>& results, double duration, const serve::EngineStats& es,
+                  const std::map<std::string, double>& m0, const std::map<std::string, double>& m1,
+                  double load0);
+  struct C1;
+  C1 run_c1_paired(const std::vector<Prompt>& prompts, bool refs, bool compare);
   void set_mode(bool invariant);
   void emit(const json& j);
-  Reference reference(const std::vector<Prompt>& prompts, bool invariant);
 
   const BenchServeOptions& o_;
   Target target_;
@@ -569,13 +599,6 @@ void Bench::warm_up() {
   ZAYA_CHECK(r.ok, "the warm-up request to ", target_.base, " failed: ", r.error);
 }
 
-Reference Bench::reference(const std::vector<Prompt>& prompts, bool invariant) {
-  set_gemm_batch_invariant(invariant);
-  Reference r = measure_reference(ip_.model, prompts, 4, 1, o_.output_len, sampler_);
-  set_gemm_batch_invariant(invariant_);
-  return r;
-}
-
 json Bench::run_level(int64_t c, bool invariant, const std::vector<Prompt>& prompts) {
   const int64_t n = int64_t(prompts.size());
   std::vector<std::string> bodies;
@@ -619,7 +642,14 @@ json Bench::run_level(int64_t c, bool invariant, const std::vector<Prompt>& prom
   if (tty) std::fprintf(stderr, "\n");
   const serve::EngineStats es1 = in_process_ ? ip_.server->engine_stats() : serve::EngineStats{};
   const auto m1 = scrape_metrics(target_);
+  return level_json(c, invariant, prompts, results, duration, stats_delta(es0, es1), m0, m1, load0[0]);
+}
 
+json Bench::level_json(int64_t c, bool invariant, const std::vector<Prompt>& prompts,
+                       const std::vector<ReqResult>& results, double duration, const serve::EngineStats& es,
+                       const std::map<std::string, double>& m0, const std::map<std::string, double>& m1,
+                       double load0) {
+  const int64_t n = int64_t(prompts.size());
   std::vector<double> ttft, tpot, itl, e2e;
   int64_t in_tok = 0, out_tok = 0, ok = 0, multi = 0, events = 0, streamed = 0;
   std::string first_error;
@@ -671,30 +701,26 @@ json Bench::run_level(int64_t c, bool invariant, const std::vector<Prompt>& prom
   j["streamed_tokens"] = streamed;
   json srv = json::object();
   if (in_process_) {
-    const double pre_s = es1.prefill_step_s - es0.prefill_step_s,
-                 dec_s = es1.decode_step_s - es0.decode_step_s;
-    const int64_t steps = es1.steps - es0.steps, dsteps = es1.decode_steps - es0.decode_steps;
-    const int64_t pre_tok = es1.prefill_tokens - es0.prefill_tokens;
+    const double pre_s = es.prefill_step_s, dec_s = es.decode_step_s;
+    const int64_t steps = es.steps, dsteps = es.decode_steps, pre_tok = es.prefill_tokens;
     srv["steps"] = steps;
-    srv["prefill_steps"] = es1.prefill_steps - es0.prefill_steps;
+    srv["prefill_steps"] = es.prefill_steps;
     srv["decode_steps"] = dsteps;
-    srv["mean_step_tokens"] = steps ? double(es1.step_tokens - es0.step_tokens) / double(steps) : 0;
-    srv["mean_step_seqs"] = steps ? double(es1.step_seqs - es0.step_seqs) / double(steps) : 0;
-    srv["mean_decode_batch"] =
-        dsteps ? double(es1.decode_step_seqs - es0.decode_step_seqs) / double(dsteps) : 0;
+    srv["mean_step_tokens"] = steps ? double(es.step_tokens) / double(steps) : 0;
+    srv["mean_step_seqs"] = steps ? double(es.step_seqs) / double(steps) : 0;
+    srv["mean_decode_batch"] = dsteps ? double(es.decode_step_seqs) / double(dsteps) : 0;
     srv["prefill_tokens"] = pre_tok;
     srv["prefill_step_s"] = pre_s;
     srv["decode_step_s"] = dec_s;
     // Prompt tokens over the time of the steps that held prompt tokens (with decode tokens of other sequences
     // when the concurrency is above 1).
     srv["prefill_tokens_per_s"] = pre_s > 0 ? double(pre_tok) / pre_s : 0;
-    srv["decode_tokens_per_s"] =
-        dec_s > 0 ? double(es1.decode_step_seqs - es0.decode_step_seqs) / dec_s : 0;  // decode-only steps
+    srv["decode_tokens_per_s"] = dec_s > 0 ? double(es.decode_step_seqs) / dec_s : 0;  // decode-only steps
     srv["mean_decode_step_ms"] = dsteps ? dec_s / double(dsteps) * 1e3 : 0;
     srv["busy_fraction"] = duration > 0 ? (pre_s + dec_s) / duration : 0;
-    srv["idle_s"] = es1.idle_s - es0.idle_s;
+    srv["idle_s"] = es.idle_s;
     // Engine time outside the forward (batch assembly, sampling, log-probabilities, handing tokens over).
-    const double fwd = es1.forward_s - es0.forward_s;
+    const double fwd = es.forward_s;
     srv["outside_forward_fraction"] = pre_s + dec_s > 0 ? 1.0 - fwd / (pre_s + dec_s) : 0;
   } else if (!m0.empty() && !m1.empty()) {
     auto diff = [&](const char* k) { return m1.count(k) && m0.count(k) ? m1.at(k) - m0.at(k) : 0.0; };
@@ -705,7 +731,7 @@ json Bench::run_level(int64_t c, bool invariant, const std::vector<Prompt>& prom
   }
   j["server"] = srv;
   const std::vector<double> load1 = loadavg();
-  j["loadavg_1m"] = {load0[0], load1[0]};
+  j["loadavg_1m"] = {load0, load1[0]};
   std::fprintf(
       stderr,
       "bench serve: concurrency %lld: %.1f output tok/s, %.2f req/s, TTFT p50 %.0f ms, TPOT p50 %.1f "
@@ -714,6 +740,72 @@ json Bench::run_level(int64_t c, bool invariant, const std::vector<Prompt>& prom
       j["ttft_ms"]["p50"].get<double>(), j["tpot_ms"]["p50"].get<double>(), j["itl_ms"]["p99"].get<double>(),
       ok < n ? (" (" + std::to_string(n - ok) + " failed)").c_str() : "");
   return j;
+}
+
+// Concurrency 1 with the references paired in time (the shared machine drifts over seconds): for every
+// prompt, the request through the server, then `zaya generate` and `zaya bench forward` on the same prompt
+// in the same GEMM mode; with `compare`, the same again in the other mode (which mode goes first alternates).
+// A mode's line counts only its requests' time (one request in flight: the sum of their latencies).
+struct Bench::C1 {
+  std::vector<bool> modes;                              // modes[0]: the main one
+  std::vector<json> lines;                              // per mode
+  std::vector<std::vector<ReqResult>> results;          // [mode][prompt]
+  std::vector<std::vector<Reference>> refs;             // [mode][prompt] (empty without references)
+  std::vector<std::vector<double>> engine_prefill_tps;  // [mode][prompt]: the request's prefill steps
+  std::vector<Reference> ref_sum;                       // per mode
+};
+
+Bench::C1 Bench::run_c1_paired(const std::vector<Prompt>& prompts, bool refs, bool compare) {
+  C1 r;
+  r.modes = compare ? std::vector<bool>{invariant_, !invariant_} : std::vector<bool>{invariant_};
+  const size_t M = r.modes.size(), n = prompts.size();
+  r.results.assign(M, std::vector<ReqResult>(n));
+  r.refs.assign(M, std::vector<Reference>(refs ? n : 0));
+  r.engine_prefill_tps.assign(M, std::vector<double>(n, 0.0));
+  r.ref_sum.assign(M, Reference{});
+  std::vector<serve::EngineStats> es(M);
+  std::vector<double> duration(M, 0.0);
+  const auto m0 = scrape_metrics(target_);
+  const double load0 = loadavg()[0];
+  if (compare) {  // the other mode's first request pays its own first-call costs in a warm-up
+    set_mode(!invariant_);
+    warm_up();
+    set_mode(invariant_);
+  }
+  auto cli = make_client(target_);
+  const auto t0 = Clock::now();
+  const bool tty = isatty(2);
+  auto last_print = Clock::now();
+  for (size_t i = 0; i < n; i++) {
+    const std::string body = request_body(o_, target_, prompts[i], o_.output_len);
+    for (size_t k = 0; k < M; k++) {
+      const size_t m = i % 2 == 0 ? k : M - 1 - k;
+      set_mode(r.modes[m]);  // the server is idle between requests
+      const serve::EngineStats a = ip_.server->engine_stats();
+      r.results[m][i] = send_request(*cli, target_, body);
+      const serve::EngineStats d = stats_delta(a, ip_.server->engine_stats());
+      stats_add(es[m], d);
+      duration[m] += r.results[m][i].e2e;
+      r.engine_prefill_tps[m][i] = d.prefill_step_s > 0 ? double(d.prefill_tokens) / d.prefill_step_s : 0;
+      if (refs) {
+        r.refs[m][i] = measure_reference(ip_.model, prompts[i], o_.output_len, sampler_);
+        r.ref_sum[m].add(r.refs[m][i]);
+      }
+    }
+    if (seconds_since(last_print) >= (tty ? 0.5 : 10.0) || i + 1 == n) {
+      last_print = Clock::now();
+      const double el = seconds_since(t0);
+      std::fprintf(stderr, "%sbench serve: concurrency 1%s: %zu/%zu prompts, %.0f s, ETA %.0f s%s",
+                   tty ? "\r" : "", refs || compare ? " (paired with the references / the other mode)" : "",
+                   i + 1, n, el, el / double(i + 1) * double(n - i - 1), tty ? "   " : "\n");
+    }
+  }
+  if (tty) std::fprintf(stderr, "\n");
+  set_mode(invariant_);
+  const auto m1 = scrape_metrics(target_);
+  for (size_t m = 0; m < M; m++)
+    r.lines.push_back(level_json(1, r.modes[m], prompts, r.results[m], duration[m], es[m], m0, m1, load0));
+  return r;
 }
 
 int Bench::run() {
@@ -784,32 +876,24 @@ int Bench::run() {
   const bool compare = in_process_ && o_.compare_invariant;
   const bool refs = in_process_ && o_.references;
   json by_c = json::object(), other_by_c = json::object();
-  Reference ref_mode, ref_other;
-  bool have_ref = false;
   const bool has8 = std::find(conc.begin(), conc.end(), 8) != conc.end();
   std::vector<DecodeScaling> scaling;
+  std::unique_ptr<C1> c1;
   for (int64_t c : conc) {
     const auto prompts = make_prompts(o_, vocab_, c, count_for(c));
-    const bool bar_level = c == 1;
-    // The references sit around the concurrency-1 level (before and after: the machine drifts), in the
-    // server's GEMM mode and in the other one (`zaya generate` / `zaya bench forward` default: not
-    // invariant).
-    if (refs && bar_level) {
-      std::fprintf(stderr, "bench serve: reference runs (zaya generate / bench forward paths, no server)\n");
-      ref_mode.add(reference(prompts, invariant_));
-      if (compare) ref_other.add(reference(prompts, !invariant_));
+    if (c == 1 && in_process_ && (refs || compare)) {
+      c1 = std::make_unique<C1>(run_c1_paired(prompts, refs, compare));
+      for (const json& j : c1->lines) emit(j);
+      by_c["1"] = c1->lines[0];
+      if (compare) other_by_c["1"] = c1->lines[1];
+      if (refs && has8)
+        for (int64_t B : {1, 8}) scaling.push_back(measure_decode(ip_.model, B, 16, o_.seed));
+      continue;
     }
     json j = run_level(c, invariant_, prompts);
     emit(j);
     by_c[std::to_string(c)] = j;
-    if (refs && bar_level) {
-      ref_mode.add(reference(prompts, invariant_));
-      if (compare) ref_other.add(reference(prompts, !invariant_));
-      have_ref = true;
-      if (has8)
-        for (int64_t B : {1, 8}) scaling.push_back(measure_decode(ip_.model, B, 16, o_.seed));
-    }
-    if (compare && (c == 1 || c == 8)) {
+    if (compare && c == 8) {
       set_mode(!invariant_);
       warm_up();
       json k = run_level(c, !invariant_, prompts);
@@ -820,7 +904,8 @@ int Bench::run() {
     }
   }
 
-  // The bars (issue 13), each a ratio of figures measured above in this run.
+  // The bars (issue 13), each a ratio of figures measured above in this run: per-prompt ratios of
+  // neighbours in time where the figures are paired (concurrency 1), their median as the value.
   json bars;
   bars["bench"] = "serve_bars";
   bars["run_id"] = run_id_;
@@ -828,6 +913,24 @@ int Bench::run() {
   if (in_process_) bars["dtype"] = o_.dtype;
   bars["batch_invariant"] = in_process_ ? json(invariant_) : json(nullptr);
   auto tps = [](const json& j) { return j["output_tokens_per_s"].get<double>(); };
+  const bool have_ref = c1 && refs;
+  // Mode index of the default GEMMs (what `zaya generate` and `zaya bench forward` run), -1 when not run.
+  const int def = !c1 ? -1 : !invariant_ ? 0 : c1->modes.size() > 1 ? 1 : -1;
+  auto pair_ratio = [&](auto num, auto den) {  // median over the prompts of num(i) / den(i)
+    std::vector<double> v;
+    for (size_t i = 0; c1 && i < c1->results[0].size(); i++) {
+      const double a = num(i), b = den(i);
+      if (a > 0 && b > 0) v.push_back(a / b);
+    }
+    return median(v);
+  };
+  auto server_decode = [&](size_t m) {  // 1 / TPOT of each request
+    return [&, m](size_t i) {
+      const ReqResult& q = c1->results[m][i];
+      return q.ok && q.output_tokens > 1 && q.e2e > q.ttft ? double(q.output_tokens - 1) / (q.e2e - q.ttft)
+                                                           : 0.0;
+    };
+  };
   if (by_c.contains("1") && by_c.contains("8")) {
     const double r = tps(by_c["8"]) / tps(by_c["1"]);
     json b = {{"value", r}, {"bar", 4.0}, {"pass", r >= 4.0}};
@@ -839,70 +942,92 @@ int Bench::run() {
       b["decode_b8"] = scaling[1].to_json();
       const double d1 = scaling[0].seconds / double(scaling[0].steps);
       const double d8 = scaling[1].seconds / double(scaling[1].steps);
-      const json& c1 = by_c["1"];
-      const double mean_prompt = double(c1["input_tokens"].get<int64_t>()) /
-                                 double(std::max<int64_t>(1, c1["completed"].get<int64_t>()));
-      const double p = ref_mode.gen_prefill_tps() > 0 ? mean_prompt / ref_mode.gen_prefill_tps() : 0;
+      const json& l1 = by_c["1"];
+      const double mean_prompt = double(l1["input_tokens"].get<int64_t>()) /
+                                 double(std::max<int64_t>(1, l1["completed"].get<int64_t>()));
+      const double pre = c1->ref_sum[0].gen_prefill_tps();
+      const double p = pre > 0 ? mean_prompt / pre : 0;
       const double N = double(o_.output_len);
       b["decode_b8_over_b1_tokens_per_s"] = 8 * d1 / d8;
       b["predicted_from_references"] = 8 * (p + (N - 1) * d1) / (8 * p + (N - 1) * d8);
     }
     bars["c8_over_c1_output_tokens_per_s"] = b;
   }
-  if (have_ref && by_c.contains("1")) {
-    const json& c1 = by_c["1"];
-    const double dec = c1["decode_tokens_per_s_per_request"].get<double>();
-    const Reference& def = invariant_ ? ref_other : ref_mode;  // not invariant: what zaya generate runs
-    json b = {{"server_c1", dec}, {"generate_same_gemm_mode", ref_mode.gen_decode_tps()}, {"bar", 0.9}};
-    b["value"] = ref_mode.gen_decode_tps() > 0 ? dec / ref_mode.gen_decode_tps() : 0;
-    if (def.gen_decode_tps() > 0) {
-      b["generate_default_gemms"] = def.gen_decode_tps();
-      b["value_vs_default_gemms"] = dec / def.gen_decode_tps();
+  if (have_ref) {
+    const auto& R = c1->refs;
+    json b = {{"bar", 0.9}};
+    b["server_c1"] = by_c["1"]["decode_tokens_per_s_per_request"];
+    b["generate_same_gemm_mode"] = c1->ref_sum[0].gen_decode_tps();
+    b["value"] = pair_ratio(server_decode(0), [&](size_t i) { return R[0][i].gen_decode_tps(); });
+    if (def >= 0) {
+      b["generate_default_gemms"] = c1->ref_sum[def].gen_decode_tps();
+      b["value_vs_default_gemms"] =
+          pair_ratio(server_decode(0), [&](size_t i) { return R[def][i].gen_decode_tps(); });
     }
     b["pass"] = b["value"].get<double>() >= 0.9;
     bars["c1_decode_vs_generate"] = b;
-    const double pre = c1["server"]["prefill_tokens_per_s"].get<double>();
-    const double ttft_pre = c1["ttft_ms"]["mean"].get<double>() > 0
-                                ? double(c1["input_tokens"].get<int64_t>()) /
-                                      double(std::max<int64_t>(1, c1["completed"].get<int64_t>())) /
-                                      (c1["ttft_ms"]["mean"].get<double>() / 1e3)
-                                : 0;
-    json p = {{"server_c1_engine", pre},
-              {"server_c1_client_prompt_over_ttft", ttft_pre},
-              {"bench_forward_same_gemm_mode", ref_mode.forward_tps()},
-              {"generate_prefill_same_gemm_mode", ref_mode.gen_prefill_tps()},
-              {"bar", 0.8}};
-    // The bar: against `zaya bench forward` as it runs by default (not batch-invariant) at the same dtype.
-    const double fwd = def.forward_tps() > 0 ? def.forward_tps() : ref_mode.forward_tps();
-    p["bench_forward_default_gemms"] = def.forward_tps();
-    p["value"] = fwd > 0 ? pre / fwd : 0;
-    p["value_vs_same_gemm_mode"] = ref_mode.forward_tps() > 0 ? pre / ref_mode.forward_tps() : 0;
+    // Prefill: the engine's prompt tokens / time of the request's prefill steps, against zaya bench
+    // forward's tokens/s on the same prompt (B = 1) as it runs by default (not batch-invariant).
+    const int fm = def >= 0 ? def : 0;
+    auto engine_pre = [&](size_t i) { return c1->engine_prefill_tps[0][i]; };
+    json p = {{"bar", 0.8}};
+    p["server_c1_engine"] = by_c["1"]["server"]["prefill_tokens_per_s"];
+    const json& l1 = by_c["1"];
+    p["server_c1_client_prompt_over_ttft"] =
+        l1["ttft_ms"]["mean"].get<double>() > 0
+            ? double(l1["input_tokens"].get<int64_t>()) /
+                  double(std::max<int64_t>(1, l1["completed"].get<int64_t>())) /
+                  (l1["ttft_ms"]["mean"].get<double>() / 1e3)
+            : 0.0;
+    p["bench_forward_default_gemms"] = c1->ref_sum[fm].forward_tps();
+    p["bench_forward_same_gemm_mode"] = c1->ref_sum[0].forward_tps();
+    p["generate_prefill_same_gemm_mode"] = c1->ref_sum[0].gen_prefill_tps();
+    p["value"] = pair_ratio(engine_pre, [&](size_t i) { return R[fm][i].forward_tps(); });
+    p["value_vs_same_gemm_mode"] = pair_ratio(engine_pre, [&](size_t i) { return R[0][i].forward_tps(); });
     p["pass"] = p["value"].get<double>() >= 0.8;
     bars["c1_prefill_vs_bench_forward"] = p;
-    bars["references"] = {{invariant_ ? "invariant" : "default", ref_mode.to_json()}};
-    if (compare) bars["references"][invariant_ ? "default" : "invariant"] = ref_other.to_json();
+    bars["references"] = json::object();
+    for (size_t m = 0; m < c1->modes.size(); m++)
+      bars["references"][c1->modes[m] ? "invariant" : "default"] = c1->ref_sum[m].to_json();
   }
   if (!other_by_c.empty()) {
     json inv = json::object();
-    for (auto& [key, other] : other_by_c.items()) {
-      const json& main = by_c[key];
-      const json& on = invariant_ ? main : other;
-      const json& off = invariant_ ? other : main;
-      inv["c" + key] = {
-          {"output_tokens_per_s_invariant_over_default", tps(on) / tps(off)},
-          {"tpot_p50_invariant_over_default",
-           on["tpot_ms"]["p50"].get<double>() / std::max(1e-9, off["tpot_ms"]["p50"].get<double>())},
-          {"ttft_p50_invariant_over_default",
-           on["ttft_ms"]["p50"].get<double>() / std::max(1e-9, off["ttft_ms"]["p50"].get<double>())},
+    const size_t on = invariant_ ? 0 : 1, off = 1 - on;
+    if (c1 && c1->modes.size() == 2) {
+      const auto& Q = c1->results;
+      auto out_tps = [&](size_t m) {
+        return [&, m](size_t i) { return Q[m][i].ok ? double(Q[m][i].output_tokens) / Q[m][i].e2e : 0.0; };
+      };
+      json k = {
+          {"output_tokens_per_s_invariant_over_default", pair_ratio(out_tps(on), out_tps(off))},
+          {"decode_tokens_per_s_invariant_over_default", pair_ratio(server_decode(on), server_decode(off))},
+          {"ttft_invariant_over_default",
+           pair_ratio([&](size_t i) { return Q[on][i].ttft; }, [&](size_t i) { return Q[off][i].ttft; })},
           {"engine_prefill_tokens_per_s_invariant_over_default",
-           on["server"]["prefill_tokens_per_s"].get<double>() /
-               std::max(1e-9, off["server"]["prefill_tokens_per_s"].get<double>())}};
+           pair_ratio([&](size_t i) { return c1->engine_prefill_tps[on][i]; },
+                      [&](size_t i) { return c1->engine_prefill_tps[off][i]; })}};
+      if (have_ref) {
+        const auto& R = c1->refs;
+        k["bench_forward_invariant_over_default"] =
+            pair_ratio([&](size_t i) { return R[on][i].forward_tps(); },
+                       [&](size_t i) { return R[off][i].forward_tps(); });
+        k["generate_decode_invariant_over_default"] =
+            pair_ratio([&](size_t i) { return R[on][i].gen_decode_tps(); },
+                       [&](size_t i) { return R[off][i].gen_decode_tps(); });
+      }
+      inv["c1_paired"] = k;
     }
-    if (have_ref && ref_mode.forward_tps() > 0 && ref_other.forward_tps() > 0) {
-      const Reference& on = invariant_ ? ref_mode : ref_other;
-      const Reference& off = invariant_ ? ref_other : ref_mode;
-      inv["bench_forward_invariant_over_default"] = on.forward_tps() / off.forward_tps();
-      inv["generate_decode_invariant_over_default"] = on.gen_decode_tps() / off.gen_decode_tps();
+    if (other_by_c.contains("8")) {
+      const json& a = invariant_ ? by_c["8"] : other_by_c["8"];
+      const json& b = invariant_ ? other_by_c["8"] : by_c["8"];
+      inv["c8"] = {{"output_tokens_per_s_invariant_over_default", tps(a) / tps(b)},
+                   {"tpot_p50_invariant_over_default",
+                    a["tpot_ms"]["p50"].get<double>() / std::max(1e-9, b["tpot_ms"]["p50"].get<double>())},
+                   {"ttft_p50_invariant_over_default",
+                    a["ttft_ms"]["p50"].get<double>() / std::max(1e-9, b["ttft_ms"]["p50"].get<double>())},
+                   {"engine_prefill_tokens_per_s_invariant_over_default",
+                    a["server"]["prefill_tokens_per_s"].get<double>() /
+                        std::max(1e-9, b["server"]["prefill_tokens_per_s"].get<double>())}};
     }
     bars["batch_invariance_cost"] = inv;
   }
