@@ -390,3 +390,33 @@ TEST(Sampling, TokenLogprobsAreLogSoftmax) {
   for (int i = 0; i < 4; i++) mass += std::exp(double(token_logprobs(logits.data(), 4, i, 0, nullptr)));
   EXPECT_LE(test::abs_diff(mass, 1.0), 1e-6);
 }
+
+// argmax (greedy decoding) runs in 16 vectorised lanes: the first index of the largest element, NaNs never
+// chosen (a NaN first element gives 0), exactly as the plain loop it replaced, on ties, NaNs, infinities
+// and every length around the lane count.
+TEST(Sampling, ArgmaxIsTheFirstLargestLikeThePlainLoop) {
+  auto plain = [](const std::vector<float>& x) {
+    int32_t b = 0;
+    for (size_t i = 1; i < x.size(); i++)
+      if (x[i] > x[size_t(b)]) b = int32_t(i);
+    return b;
+  };
+  std::mt19937 rng(11);
+  int cases = 0;
+  for (int t = 0; t < 20000; t++) {
+    const size_t n = 1 + rng() % (t % 50 == 0 ? 40000 : 70);
+    std::vector<float> x(n);
+    const int kind = int(rng() % 3);  // few distinct values (ties), normal, {-1, 0, 1}
+    for (auto& v : x)
+      v = kind == 0   ? float(rng() % 5)
+          : kind == 1 ? std::normal_distribution<float>()(rng)
+                      : float(int(rng() % 3) - 1);
+    if (rng() % 3 == 0) x[rng() % n] = NAN;
+    if (rng() % 7 == 0) x[0] = NAN;
+    if (rng() % 11 == 0) x[rng() % n] = -INFINITY;
+    if (rng() % 13 == 0) x[rng() % n] = INFINITY;
+    ASSERT_EQ(argmax(x.data(), int64_t(n)), plain(x)) << "case " << t << ", n " << n;
+    cases++;
+  }
+  EXPECT_EQ(cases, 20000);
+}

@@ -5,11 +5,39 @@
 
 namespace zaya {
 
+// The first index of the largest element (NaNs never win; a NaN at 0 gives 0), as the plain loop
+// `if (x[i] > x[best]) best = i` finds it, in 16 independent lanes the compiler vectorises (lane l keeps its
+// first maximum over i = l mod 16), then the lanes' maxima, the smallest index among equal ones. The plain
+// loop took ~160 us over a 32k vocabulary on the serving machine (a dependent load and branch per element):
+// every greedy token of `zaya serve` and `zaya generate` paid it.
 int32_t argmax(const float* x, int64_t n) {
-  int32_t best = 0;
-  for (int64_t i = 1; i < n; i++) {
-    if (x[i] > x[best]) best = int32_t(i);
+  if (n <= 0) return 0;
+  constexpr int L = 16;
+  float m[L];
+  int32_t idx[L];
+  for (int l = 0; l < L; l++) {
+    m[l] = x[0];
+    idx[l] = 0;
   }
+  int64_t i = 0;
+  for (; i + L <= n; i += L)
+    for (int l = 0; l < L; l++) {
+      const bool gt = x[i + l] > m[l];
+      m[l] = gt ? x[i + l] : m[l];
+      idx[l] = gt ? int32_t(i + l) : idx[l];
+    }
+  int32_t best = idx[0];
+  float bm = m[0];
+  for (int l = 1; l < L; l++)
+    if (m[l] > bm || (m[l] == bm && idx[l] < best)) {
+      bm = m[l];
+      best = idx[l];
+    }
+  for (; i < n; i++)
+    if (x[i] > bm) {
+      bm = x[i];
+      best = int32_t(i);
+    }
   return best;
 }
 
