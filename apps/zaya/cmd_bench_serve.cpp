@@ -781,16 +781,18 @@ Bench::C1 Bench::run_c1_paired(const std::vector<Prompt>& prompts, bool refs, bo
     for (size_t k = 0; k < M; k++) {
       const size_t m = i % 2 == 0 ? k : M - 1 - k;
       set_mode(r.modes[m]);  // the server is idle between requests
+      auto reference = [&] {
+        r.refs[m][i] = measure_reference(ip_.model, prompts[i], o_.output_len, sampler_);
+        r.ref_sum[m].add(r.refs[m][i]);
+      };
+      if (refs && i % 2 == 1) reference();  // which of the pair goes first alternates too
       const serve::EngineStats a = ip_.server->engine_stats();
       r.results[m][i] = send_request(*cli, target_, body);
       const serve::EngineStats d = stats_delta(a, ip_.server->engine_stats());
       stats_add(es[m], d);
       duration[m] += r.results[m][i].e2e;
       r.engine_prefill_tps[m][i] = d.prefill_step_s > 0 ? double(d.prefill_tokens) / d.prefill_step_s : 0;
-      if (refs) {
-        r.refs[m][i] = measure_reference(ip_.model, prompts[i], o_.output_len, sampler_);
-        r.ref_sum[m].add(r.refs[m][i]);
-      }
+      if (refs && i % 2 == 0) reference();
     }
     if (seconds_since(last_print) >= (tty ? 0.5 : 10.0) || i + 1 == n) {
       last_print = Clock::now();
@@ -916,13 +918,19 @@ int Bench::run() {
   const bool have_ref = c1 && refs;
   // Mode index of the default GEMMs (what `zaya generate` and `zaya bench forward` run), -1 when not run.
   const int def = !c1 ? -1 : !invariant_ ? 0 : c1->modes.size() > 1 ? 1 : -1;
-  auto pair_ratio = [&](auto num, auto den) {  // median over the prompts of num(i) / den(i)
+  auto pair_ratios = [&](auto num, auto den) {  // num(i) / den(i) per prompt
     std::vector<double> v;
     for (size_t i = 0; c1 && i < c1->results[0].size(); i++) {
       const double a = num(i), b = den(i);
       if (a > 0 && b > 0) v.push_back(a / b);
     }
-    return median(v);
+    return v;
+  };
+  auto pair_ratio = [&](auto num, auto den) { return median(pair_ratios(num, den)); };
+  auto rounded = [](const std::vector<double>& v) {
+    json a = json::array();
+    for (double x : v) a.push_back(std::round(x * 1000) / 1000);
+    return a;
   };
   auto server_decode = [&](size_t m) {  // 1 / TPOT of each request
     return [&, m](size_t i) {
@@ -958,7 +966,9 @@ int Bench::run() {
     json b = {{"bar", 0.9}};
     b["server_c1"] = by_c["1"]["decode_tokens_per_s_per_request"];
     b["generate_same_gemm_mode"] = c1->ref_sum[0].gen_decode_tps();
-    b["value"] = pair_ratio(server_decode(0), [&](size_t i) { return R[0][i].gen_decode_tps(); });
+    const auto per = pair_ratios(server_decode(0), [&](size_t i) { return R[0][i].gen_decode_tps(); });
+    b["value"] = median(per);
+    b["per_prompt"] = rounded(per);
     if (def >= 0) {
       b["generate_default_gemms"] = c1->ref_sum[def].gen_decode_tps();
       b["value_vs_default_gemms"] =
@@ -982,7 +992,9 @@ int Bench::run() {
     p["bench_forward_default_gemms"] = c1->ref_sum[fm].forward_tps();
     p["bench_forward_same_gemm_mode"] = c1->ref_sum[0].forward_tps();
     p["generate_prefill_same_gemm_mode"] = c1->ref_sum[0].gen_prefill_tps();
-    p["value"] = pair_ratio(engine_pre, [&](size_t i) { return R[fm][i].forward_tps(); });
+    const auto per_p = pair_ratios(engine_pre, [&](size_t i) { return R[fm][i].forward_tps(); });
+    p["value"] = median(per_p);
+    p["per_prompt"] = rounded(per_p);
     p["value_vs_same_gemm_mode"] = pair_ratio(engine_pre, [&](size_t i) { return R[0][i].forward_tps(); });
     p["pass"] = p["value"].get<double>() >= 0.8;
     bars["c1_prefill_vs_bench_forward"] = p;
