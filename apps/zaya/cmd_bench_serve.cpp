@@ -974,6 +974,9 @@ int Bench::run() {
       b["value_vs_default_gemms"] =
           pair_ratio(server_decode(0), [&](size_t i) { return R[def][i].gen_decode_tps(); });
     }
+    if (def > 0)  // the server with --no-batch-invariant against zaya generate: both default GEMMs
+      b["server_default_gemms_vs_generate"] =
+          pair_ratio(server_decode(def), [&](size_t i) { return R[def][i].gen_decode_tps(); });
     b["pass"] = b["value"].get<double>() >= 0.9;
     bars["c1_decode_vs_generate"] = b;
     // Prefill: the engine's prompt tokens / time of the request's prefill steps, against zaya bench
@@ -996,6 +999,10 @@ int Bench::run() {
     p["value"] = median(per_p);
     p["per_prompt"] = rounded(per_p);
     p["value_vs_same_gemm_mode"] = pair_ratio(engine_pre, [&](size_t i) { return R[0][i].forward_tps(); });
+    if (def > 0)
+      p["server_default_gemms_vs_bench_forward"] =
+          pair_ratio([&](size_t i) { return c1->engine_prefill_tps[def][i]; },
+                     [&](size_t i) { return R[def][i].forward_tps(); });
     p["pass"] = p["value"].get<double>() >= 0.8;
     bars["c1_prefill_vs_bench_forward"] = p;
     bars["references"] = json::object();
