@@ -163,6 +163,19 @@ TEST(Server, RoutesAndErrors) {
   e = s.post("/v1/completions", {{"prompt", {1, 700}}}, &status);
   EXPECT_EQ(status, 400);
   EXPECT_EQ(e["error"]["param"], "prompt");
+  // No compression even when the client accepts it (node-fetch on Node 18 failed on cpp-httplib's gzip).
+  httplib::Headers gz = {{"Accept-Encoding", "gzip, deflate, br"}};
+  for (bool stream : {false, true}) {
+    auto z = s.cli->Post("/v1/completions", gz,
+                         json({{"prompt", "The"}, {"max_tokens", 2}, {"stream", stream}}).dump(),
+                         "application/json");
+    ASSERT_TRUE(z);
+    EXPECT_EQ(z->status, 200);
+    EXPECT_FALSE(z->has_header("Content-Encoding")) << z->get_header_value("Content-Encoding");
+  }
+  auto zerr = s.cli->Post("/v1/completions", gz, "{bad", "application/json");
+  ASSERT_TRUE(zerr);
+  EXPECT_FALSE(zerr->has_header("Content-Encoding"));
   json t = s.post("/tokenize", {{"prompt", "The jury"}}, &status);
   EXPECT_EQ(status, 200);
   json d = s.post("/detokenize", {{"tokens", t["tokens"]}}, &status);

@@ -17,6 +17,12 @@
 
 namespace zaya::serve {
 
+// JSON answers say their charset: cpp-httplib (Debian's, built with zlib and brotli) gzips a response whose
+// type is exactly "application/json" when the client accepts it, and its gzipped chunked answers end in a way
+// node-fetch on Node 18 (the OpenAI JS client there) reports as "Premature close". Answers are small and
+// latency matters more: no compression, as vLLM and llama.cpp's server.
+constexpr const char* kJsonType = "application/json; charset=utf-8";
+
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
@@ -38,7 +44,7 @@ std::string random_id(const char* prefix) {
 
 void send_json(httplib::Response& res, int status, const json& j) {
   res.status = status;
-  res.set_content(j.dump(), "application/json");
+  res.set_content(j.dump(), kJsonType);
 }
 
 void send_error(httplib::Response& res, const RequestError& e) {
@@ -461,7 +467,7 @@ void Server::Impl::handle_completions(const httplib::Request& hreq, httplib::Res
 
   if (!r->stream.stream) {
     res.set_chunked_content_provider(
-        "application/json", safe_provider(runs, [=, this](size_t, httplib::DataSink& sink) {
+        kJsonType, safe_provider(runs, [=, this](size_t, httplib::DataSink& sink) {
           if (!run_to_end(*this, *runs, sink, [](size_t, const std::string&, size_t) {})) return false;
           std::vector<CompletionChoice> choices;
           for (size_t i = 0; i < runs->size(); i++) {
@@ -574,7 +580,7 @@ void Server::Impl::handle_chat(const httplib::Request& hreq, httplib::Response& 
 
   if (!r->stream.stream) {
     res.set_chunked_content_provider(
-        "application/json", safe_provider(runs, [=, this](size_t, httplib::DataSink& sink) {
+        kJsonType, safe_provider(runs, [=, this](size_t, httplib::DataSink& sink) {
           auto feed = [&](size_t i, const std::string& text, size_t) { (*parsers)[i].feed(text); };
           if (!run_to_end(*this, *runs, sink, feed)) return false;
           std::vector<ChatChoice> choices;
