@@ -33,6 +33,7 @@
 
 #include "bench_serve.h"
 #include "core/error.h"
+#include "core/tool_script.h"
 #include "kernels/gemm.h"
 #include "model/generate.h"
 #include "model/zaya-init.h"
@@ -446,23 +447,6 @@ DecodeScaling measure_decode(const ZayaModel& model, int64_t B, int64_t steps, u
   const double others = (double(c.num_params()) - double(L * E) * expert / elt) * elt;
   d.weight_bytes_per_step = others + d.distinct_experts * double(L) * expert;
   return d;
-}
-
-std::string plot_script() {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (ec) return "";
-  for (const fs::path& p : {exe.parent_path() / "plot_bench_serve.py",
-                            exe.parent_path() / ".." / "tools" / "plot_bench_serve.py"})
-    if (fs::exists(p, ec)) return p.lexically_normal().string();
-  return "";
-}
-
-std::string shell_quote(const std::string& s) {
-  std::string q = "'";
-  for (char ch : s) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
-  return q + "'";
 }
 
 // b - a for the engine's cumulative counters (the gauges are b's).
@@ -1056,7 +1040,7 @@ int Bench::run() {
     emit(bars);
 
   if (!o_.plot.empty()) {
-    const std::string script = plot_script();
+    const std::string script = zaya::find_tool_script("plot_bench_serve.py");
     const std::string tmp =
         (std::filesystem::temp_directory_path() / ("zaya_bench_serve_" + std::to_string(getpid()) + ".jsonl"))
             .string();
@@ -1075,8 +1059,8 @@ int Bench::run() {
                    "python3-matplotlib); later: /usr/bin/python3 %s %s %s\n",
                    script.c_str(), later.c_str(), o_.plot.c_str());
     } else {
-      const std::string cmd =
-          "/usr/bin/python3 " + shell_quote(script) + " " + shell_quote(tmp) + " " + shell_quote(o_.plot);
+      const std::string cmd = "/usr/bin/python3 " + zaya::shell_quote(script) + " " + zaya::shell_quote(tmp) +
+                              " " + zaya::shell_quote(o_.plot);
       if (std::system(cmd.c_str()) == 0)
         std::fprintf(stderr, "bench serve: plot written to %s\n", o_.plot.c_str());
       else

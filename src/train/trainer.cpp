@@ -25,6 +25,7 @@
 #include "ckpt/checkpoint.h"
 #include "core/error.h"
 #include "core/threads.h"
+#include "core/tool_script.h"
 #include "data/indexed_dataset.h"
 #include "data/loader.h"
 #include "dist/comm.h"
@@ -66,27 +67,6 @@ std::string format_duration(double s) {
   else
     std::snprintf(buf, sizeof buf, "%dm%02ds", int(s / 60), int(s) % 60);
   return buf;
-}
-
-// tools/plot_train.py, found from the binary rather than the working directory: beside it (CMake copies it
-// next to build/zaya) or in <binary's directory>/../tools (a build directory inside the source tree).
-// "" when neither exists.
-std::string plot_script() {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (ec) return "";
-  for (const fs::path& p :
-       {exe.parent_path() / "plot_train.py", exe.parent_path() / ".." / "tools" / "plot_train.py"})
-    if (fs::exists(p, ec)) return p.lexically_normal().string();
-  return "";
-}
-
-// `s` as one single-quoted shell word.
-std::string shell_quote(const std::string& s) {
-  std::string q = "'";
-  for (char ch : s) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
-  return q + "'";
 }
 
 // Mean CE over `batches` validation batches (the same batches every time: a fresh loader with a fixed seed).
@@ -776,7 +756,7 @@ void Trainer::write_sample() const {
 
 // The plot (needs python3-matplotlib; the metrics stay in metrics.jsonl either way).
 void Trainer::write_plot() const {
-  const std::string plot = c_.out_dir + "/training.png", script = plot_script();
+  const std::string plot = c_.out_dir + "/training.png", script = find_tool_script("plot_train.py");
   if (script.empty()) {
     say("train: no plot: tools/plot_train.py is neither beside this binary nor in ../tools from it\n");
     return;
