@@ -20,8 +20,22 @@ size_t dtype_size(DType t) {
       return 1;
     case DType::U32:
       return 4;
+    case DType::I8:
+    case DType::F8_E4M3:
+    case DType::Q8_0:
+      return 1;
+    case DType::MXFP4:
+      ZAYA_ASSERT(false, "MXFP4 packs two elements per byte: sizes come from dtype_row_bytes");
   }
   return 0;
+}
+
+size_t dtype_row_bytes(DType t, int64_t cols) {
+  if (t == DType::MXFP4) {
+    ZAYA_ASSERT(cols % 2 == 0, "an MXFP4 row holds whole bytes (two elements each)");
+    return size_t(cols / 2);
+  }
+  return size_t(cols) * dtype_size(t);
 }
 
 const char* dtype_name(DType t) {
@@ -40,6 +54,14 @@ const char* dtype_name(DType t) {
       return "U8";
     case DType::U32:
       return "U32";
+    case DType::I8:
+      return "I8";
+    case DType::F8_E4M3:
+      return "F8_E4M3";
+    case DType::Q8_0:
+      return "Q8_0";
+    case DType::MXFP4:
+      return "MXFP4";
   }
   return "?";
 }
@@ -48,8 +70,9 @@ bool dtype_from_name(const std::string& s, DType* out) {
   static const struct {
     const char* name;
     DType t;
-  } kNames[] = {{"F32", DType::F32}, {"BF16", DType::BF16}, {"F16", DType::F16}, {"I32", DType::I32},
-                {"I64", DType::I64}, {"U8", DType::U8},     {"U32", DType::U32}};
+  } kNames[] = {{"F32", DType::F32}, {"BF16", DType::BF16}, {"F16", DType::F16},
+                {"I32", DType::I32}, {"I64", DType::I64},   {"U8", DType::U8},
+                {"U32", DType::U32}, {"I8", DType::I8},     {"F8_E4M3", DType::F8_E4M3}};
   for (const auto& n : kNames) {
     if (s == n.name) {
       *out = n.t;

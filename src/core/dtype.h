@@ -8,9 +8,15 @@
 
 namespace zaya {
 
-enum class DType : uint8_t { F32, BF16, F16, I32, I64, U8, U32 };
+// F32 … U32, I8 and F8_E4M3 are storage types (safetensors spellings). Q8_0 and MXFP4 are quantized weight
+// formats (core/quant.h): Q8_0 holds one int8 per element, MXFP4 two E2M1 values per byte; their per-block
+// scales live in Tensor::scales. F8_E4M3 weights may carry per-row scales the same way.
+enum class DType : uint8_t { F32, BF16, F16, I32, I64, U8, U32, I8, F8_E4M3, Q8_0, MXFP4 };
 
+// Bytes per element; MXFP4 (half a byte) has none: use dtype_row_bytes.
 size_t dtype_size(DType t);
+// Bytes of `cols` consecutive elements (cols even for MXFP4).
+size_t dtype_row_bytes(DType t, int64_t cols);
 const char* dtype_name(DType t);                         // safetensors spelling: "F32", "BF16", ...
 bool dtype_from_name(const std::string& s, DType* out);  // false when unknown
 

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/quant.h"
 
 namespace zaya {
 
@@ -61,8 +62,17 @@ int32_t* Tensor::i32() const {
   return static_cast<int32_t*>(data);
 }
 
+size_t Tensor::nbytes() const {
+  if (dtype == DType::MXFP4) {
+    const int64_t cols = shape.empty() ? 1 : shape.back();
+    return cols == 0 ? 0 : size_t(numel() / cols) * dtype_row_bytes(dtype, cols);
+  }
+  return size_t(numel()) * dtype_size(dtype);
+}
+
 Tensor Tensor::to(DType target) const {
   if (target == dtype) return *this;
+  if (is_quantized(dtype) || scales) return dequantize(*this, target);
   Tensor out = Tensor::empty(target, shape);
   int64_t n = numel();
   if (target == DType::F32) {
@@ -81,6 +91,7 @@ Tensor Tensor::to(DType target) const {
 Tensor Tensor::clone() const {
   Tensor out = Tensor::empty(dtype, shape);
   if (nbytes()) std::memcpy(out.data, data, nbytes());
+  if (scales) out.scales = std::make_shared<const Tensor>(scales->clone());
   return out;
 }
 

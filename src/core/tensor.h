@@ -25,6 +25,9 @@ struct Tensor {
   Shape shape;
   void* data = nullptr;
   std::shared_ptr<void> owner;  // keeps `data` alive (heap buffer or mapped file)
+  // Quantized weights (core/quant.h): one scale per block of the last dim, shape [..., rows, cols / 32] for
+  // Q8_0 (F16) and MXFP4 (U8, E8M0), [..., rows, 1] for F8_E4M3 (F32, per row). Null for float tensors.
+  std::shared_ptr<const Tensor> scales;
 
   Tensor() = default;
   static Tensor empty(DType dtype, const Shape& shape);  // zero-filled
@@ -32,7 +35,7 @@ struct Tensor {
 
   bool defined() const { return data != nullptr; }
   int64_t numel() const { return shape_numel(shape); }
-  size_t nbytes() const { return size_t(numel()) * dtype_size(dtype); }
+  size_t nbytes() const;  // bytes of `data` (not of scales)
   int64_t dim(int i) const { return shape[i < 0 ? shape.size() + i : i]; }
   int ndim() const { return int(shape.size()); }
 
@@ -40,7 +43,8 @@ struct Tensor {
   uint16_t* bf16() const;  // checks dtype == BF16
   int32_t* i32() const;    // checks dtype == I32
 
-  // A copy converted to `to` (F32 <-> BF16 / F16 -> F32). Same dtype: returns *this (shared, no copy).
+  // A copy converted to `to` (F32 <-> BF16 / F16 -> F32; quantized -> F32 or BF16 dequantizes). Same dtype:
+  // returns *this (shared, no copy).
   Tensor to(DType to) const;
   Tensor clone() const;
 };

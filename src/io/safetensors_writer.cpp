@@ -28,6 +28,10 @@ int alignment_rank(DType t) {
   switch (t) {
     case DType::U8:
       return 1;
+    case DType::I8:
+      return 2;
+    case DType::F8_E4M3:
+      return 4;
     case DType::F16:
       return 7;
     case DType::BF16:
@@ -40,6 +44,9 @@ int alignment_rank(DType t) {
       return 11;
     case DType::I64:
       return 13;
+    case DType::Q8_0:
+    case DType::MXFP4:
+      break;  // in-memory formats: files hold their parts (I8 / U8 elements, scales) as separate tensors
   }
   return 0;
 }

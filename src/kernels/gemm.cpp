@@ -72,9 +72,11 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/quant.h"
 #include "core/threads.h"
 #include "kernels/gemm_rows.h"
 #include "kernels/gemm_small.h"
+#include "kernels/quant_gemm.h"
 
 namespace zaya {
 
@@ -503,10 +505,14 @@ int64_t gemm_cached_primitives() {
 
 void linear_forward(float* out, const float* in, const Tensor& W, const float* bias, int64_t M) {
   ZAYA_CHECK(W.ndim() == 2, "linear_forward: weight must be 2-D [out, in], got shape ", shape_str(W.shape));
-  ZAYA_CHECK(W.dtype == DType::F32 || W.dtype == DType::BF16,
-             "linear_forward: weight must be F32 or BF16, got ", dtype_name(W.dtype));
   const int64_t N = W.dim(0), K = W.dim(1);
-  gemm(M, N, K, 1.0f, mat(in, K), mat(W, K, /*trans=*/true), 0.0f, out, N);
+  if (is_quantized(W.dtype)) {
+    quant_linear_forward(out, N, in, M, W);
+  } else {
+    ZAYA_CHECK(W.dtype == DType::F32 || W.dtype == DType::BF16,
+               "linear_forward: weight must be F32, BF16 or quantized, got ", dtype_name(W.dtype));
+    gemm(M, N, K, 1.0f, mat(in, K), mat(W, K, /*trans=*/true), 0.0f, out, N);
+  }
   if (bias == nullptr || M == 0 || N == 0) return;
   const int nt = M * N >= (int64_t(1) << 16) ? threads_here() : 1;
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)

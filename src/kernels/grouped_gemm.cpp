@@ -7,7 +7,9 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/quant.h"
 #include "core/threads.h"
+#include "kernels/quant_gemm.h"
 
 namespace zaya {
 
@@ -62,6 +64,7 @@ const char* grouped_schedule_name(GroupedSchedule schedule) {
 
 void grouped_linear_forward_with(GroupedSchedule schedule, GemmBackend backend, float* out, const float* in,
                                  const Tensor& W, const int64_t* offsets, int64_t E) {
+  if (is_quantized(W.dtype)) return quant_grouped_linear_forward(out, in, W, offsets, E);
   ZAYA_CHECK(W.ndim() == 3, "grouped_linear_forward: expert weights must be 3-D [E, out, in], got shape ",
              shape_str(W.shape));
   ZAYA_CHECK(W.dtype == DType::F32 || W.dtype == DType::BF16,

@@ -6,11 +6,13 @@
 
 #include "core/error.h"
 #include "core/profile.h"
+#include "core/quant.h"
 #include "kernels/attention.h"
 #include "kernels/cca.h"
 #include "kernels/elementwise.h"
 #include "kernels/gemm.h"
 #include "kernels/norm.h"
+#include "kernels/quant_gemm.h"
 
 namespace zaya {
 
@@ -52,7 +54,11 @@ const float* opt_f32(const Tensor& t) {
 void linear_strided(float* out, int64_t ldc, const float* in, const Tensor& W, const float* bias, int64_t M) {
   ZAYA_PROFILE_SCOPE("linear");
   const int64_t N = W.dim(0), K = W.dim(1);
-  gemm(M, N, K, 1.0f, mat(in, K), mat(W, K, /*trans=*/true), 0.0f, out, ldc);
+  if (is_quantized(W.dtype)) {
+    quant_linear_forward(out, ldc, in, M, W);
+  } else {
+    gemm(M, N, K, 1.0f, mat(in, K), mat(W, K, /*trans=*/true), 0.0f, out, ldc);
+  }
   if (bias) {
     for (int64_t m = 0; m < M; m++) {
       for (int64_t n = 0; n < N; n++) out[m * ldc + n] += bias[n];
@@ -67,8 +73,7 @@ void embed_rows(float* x, const int32_t* ids, int64_t T, const ZayaWeights& w, i
     ZAYA_CHECK(ids[t] >= 0 && ids[t] < V, "token id ", ids[t], " at position ", t,
                " is outside the vocabulary [0, ", V, ")");
     float* row = x + t * H;
-    const char* src = static_cast<const char*>(w.embed.data) + size_t(ids[t]) * H * dtype_size(w.embed.dtype);
-    convert_to_f32(row, src, w.embed.dtype, H);
+    dequantize_row(row, w.embed, ids[t]);
     for (int64_t i = 0; i < H; i++) row[i] = (row[i] + bias[i]) * scale[i];
   }
 }

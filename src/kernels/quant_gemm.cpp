@@ -1,0 +1,348 @@
+// Quantized-weight products: the streaming kernel (decode) and the dequantize-then-GEMM path (prefill).
+#include "kernels/quant_gemm.h"
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <vector>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+// GCC 12 warns inside its own AVX-512 headers (the masked forms of cvtph2ps / pmovsxbd / cvtdq2ps start
+// from an undefined vector): a known false positive, not about this file's variables.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+#include "core/error.h"
+#include "core/profile.h"
+#include "core/quant.h"
+#include "core/threads.h"
+#include "kernels/gemm.h"
+
+namespace zaya {
+
+namespace {
+
+// One weight matrix as the kernel reads it: N rows of K elements, row n at q + n·row_bytes, its scales at
+// scales + n·scales_per_row (elements of the scales dtype).
+struct QMat {
+  DType fmt;
+  const uint8_t* q;
+  size_t row_bytes;
+  const void* scales;
+  int64_t scales_per_row;
+  int64_t N, K;
+};
+
+QMat qmat(const Tensor& W, int64_t expert) {
+  QMat m;
+  m.fmt = W.dtype;
+  m.N = W.dim(-2);
+  m.K = W.dim(-1);
+  m.row_bytes = dtype_row_bytes(W.dtype, m.K);
+  m.scales_per_row = W.scales->shape.back();
+  const size_t sbytes = dtype_size(W.scales->dtype);
+  m.q = static_cast<const uint8_t*>(W.data) + size_t(expert * m.N) * m.row_bytes;
+  m.scales = static_cast<const char*>(W.scales->data) + size_t(expert * m.N * m.scales_per_row) * sbytes;
+  return m;
+}
+
+// MXFP4 pairs its elements (2k in the low nibble, 2k+1 in the high one); the kernel expands the low
+// nibbles of a block to one vector and the high ones to another, so it reads the activations of each block
+// of 32 as [16 even elements | 16 odd ones]: a[M, K] -> out[M, K] in that order.
+void deinterleave_blocks(float* out, const float* a, int64_t M, int64_t K) {
+  for (int64_t m = 0; m < M; m++) {
+    for (int64_t b = 0; b < K; b += kQuantBlock) {
+      const float* src = a + m * K + b;
+      float* dst = out + m * K + b;
+      for (int64_t j = 0; j < kQuantBlock / 2; j++) {
+        dst[j] = src[2 * j];
+        dst[kQuantBlock / 2 + j] = src[2 * j + 1];
+      }
+    }
+  }
+}
+
+#if defined(__AVX512F__)
+
+// The 32 elements of block b of a row as two fp32 vectors (unscaled): elements [0, 16) and [16, 32), or for
+// MXFP4 the even and the odd ones.
+template <DType F>
+inline void load_block(const uint8_t* row, int64_t b, __m512* lo, __m512* hi) {
+  if constexpr (F == DType::Q8_0) {
+    const uint8_t* p = row + b * 32;
+    *lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+    *hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16))));
+  } else if constexpr (F == DType::MXFP4) {
+    const __m512 table = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f, -1.0f,
+                                        -1.5f, -2.0f, -3.0f, -4.0f, -6.0f);
+    const __m512i bytes =
+        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + b * 16)));
+    *lo = _mm512_permutexvar_ps(bytes, table);  // the permute reads index bits [3:0]: the low nibble
+    *hi = _mm512_permutexvar_ps(_mm512_srli_epi32(bytes, 4), table);
+  } else {
+    // e4m3 -> fp16 with the value scaled by 2^-8: S.EEEE.MMM in the high byte, shifted right by one with
+    // the sign copied, bit 14 cleared: S.0EEEE.MMM0000000 (subnormals map to fp16 subnormals). The row's
+    // 2^8 is applied with its scale.
+    const __m512i w =
+        _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + b * 32)));
+    const __m512i h =
+        _mm512_and_si512(_mm512_srai_epi16(_mm512_slli_epi16(w, 8), 1), _mm512_set1_epi16(0xBFFF));
+    *lo = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
+    *hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
+  }
+}
+
+// Scales of blocks [b0, b0 + n) of a row as floats (n <= 16).
+template <DType F>
+inline void load_scales(float* sc, const void* scales, int64_t b0, int64_t n) {
+  if constexpr (F == DType::Q8_0) {
+    const auto* s = static_cast<const uint16_t*>(scales) + b0;
+    if (n == 16) {
+      _mm512_storeu_ps(sc, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s))));
+    } else {
+      for (int64_t i = 0; i < n; i++) sc[i] = f16_to_f32(s[i]);
+    }
+  } else if constexpr (F == DType::MXFP4) {
+    const auto* s = static_cast<const uint8_t*>(scales) + b0;
+    if (n == 16) {
+      const __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s)));
+      __m512i bits = _mm512_slli_epi32(e, 23);  // 2^(e-127) for e >= 1
+      bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512()),
+                                   _mm512_set1_epi32(0x00400000));  // e = 0: 2^-127, a float subnormal
+      _mm512_storeu_ps(sc, _mm512_castsi512_ps(bits));
+    } else {
+      for (int64_t i = 0; i < n; i++) sc[i] = e8m0_to_f32(s[i]);
+    }
+  } else {
+    (void)scales, (void)b0;
+    for (int64_t i = 0; i < n; i++) sc[i] = 1.0f;
+  }
+}
+
+// out[m, n] for n in [n0, n1), m in [0, MR): rows of `a` (stride K, fp32; MXFP4: deinterleaved per block).
+template <DType F, int MR>
+void stream_rows(float* out, int64_t ldc, const float* a, const QMat& w, int64_t n0, int64_t n1) {
+  const int64_t K = w.K, nb = K / 32;
+  for (int64_t n = n0; n < n1; n++) {
+    const uint8_t* row = w.q + size_t(n) * w.row_bytes;
+    const char* srow =
+        static_cast<const char*>(w.scales) + size_t(n * w.scales_per_row) * (F == DType::Q8_0    ? 2
+                                                                             : F == DType::MXFP4 ? 1
+                                                                                                 : 4);
+    __m512 acc0[MR], acc1[MR];
+    for (int m = 0; m < MR; m++) acc0[m] = acc1[m] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < nb; g += 16) {
+      const int64_t gn = std::min<int64_t>(16, nb - g);
+      alignas(64) float sc[16];
+      load_scales<F>(sc, srow, g, gn);
+      int64_t i = 0;
+      for (; i + 2 <= gn; i += 2) {
+        const int64_t b = g + i;
+        __m512 lo0, hi0, lo1, hi1;
+        load_block<F>(row, b, &lo0, &hi0);
+        load_block<F>(row, b + 1, &lo1, &hi1);
+        const __m512 d0 = _mm512_set1_ps(sc[i]), d1 = _mm512_set1_ps(sc[i + 1]);
+#pragma GCC unroll 8
+        for (int m = 0; m < MR; m++) {
+          const float* am = a + m * K + b * 32;
+          __m512 t0 = _mm512_mul_ps(lo0, _mm512_loadu_ps(am));
+          t0 = _mm512_fmadd_ps(hi0, _mm512_loadu_ps(am + 16), t0);
+          __m512 t1 = _mm512_mul_ps(lo1, _mm512_loadu_ps(am + 32));
+          t1 = _mm512_fmadd_ps(hi1, _mm512_loadu_ps(am + 48), t1);
+          acc0[m] = _mm512_fmadd_ps(t0, d0, acc0[m]);
+          acc1[m] = _mm512_fmadd_ps(t1, d1, acc1[m]);
+        }
+      }
+      if (i < gn) {  // an odd block count: the last block of the row goes to acc0
+        const int64_t b = g + i;
+        __m512 lo0, hi0;
+        load_block<F>(row, b, &lo0, &hi0);
+        const __m512 d0 = _mm512_set1_ps(sc[i]);
+        for (int m = 0; m < MR; m++) {
+          const float* am = a + m * K + b * 32;
+          __m512 t0 = _mm512_mul_ps(lo0, _mm512_loadu_ps(am));
+          t0 = _mm512_fmadd_ps(hi0, _mm512_loadu_ps(am + 16), t0);
+          acc0[m] = _mm512_fmadd_ps(t0, d0, acc0[m]);
+        }
+      }
+    }
+    float rs = 1.0f;
+    if constexpr (F == DType::F8_E4M3)
+      rs = static_cast<const float*>(w.scales)[n * w.scales_per_row] * 256.0f;
+    for (int m = 0; m < MR; m++)
+      out[m * ldc + n] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[m], acc1[m])) * rs;
+  }
+}
+
+template <DType F>
+void stream_tile(float* out, int64_t ldc, const float* a, int64_t M, const QMat& w, int64_t n0, int64_t n1) {
+  int64_t m = 0;
+  for (; m + 8 <= M; m += 8) stream_rows<F, 8>(out + m * ldc, ldc, a + m * w.K, w, n0, n1);
+  if (M - m >= 4) stream_rows<F, 4>(out + m * ldc, ldc, a + m * w.K, w, n0, n1), m += 4;
+  if (M - m >= 2) stream_rows<F, 2>(out + m * ldc, ldc, a + m * w.K, w, n0, n1), m += 2;
+  if (M - m >= 1) stream_rows<F, 1>(out + m * ldc, ldc, a + m * w.K, w, n0, n1);
+}
+
+#endif  // __AVX512F__
+
+// Rows [n0, n1) of out[M, N] (stride ldc) from a[M, K] (fp32; MXFP4: deinterleaved when AVX-512).
+void stream_tile_any(float* out, int64_t ldc, const float* a, int64_t M, const QMat& w, int64_t n0,
+                     int64_t n1) {
+#if defined(__AVX512F__)
+  if (w.K % 32 == 0) {
+    switch (w.fmt) {
+      case DType::Q8_0:
+        return stream_tile<DType::Q8_0>(out, ldc, a, M, w, n0, n1);
+      case DType::MXFP4:
+        return stream_tile<DType::MXFP4>(out, ldc, a, M, w, n0, n1);
+      case DType::F8_E4M3:
+        return stream_tile<DType::F8_E4M3>(out, ldc, a, M, w, n0, n1);
+      default:
+        break;
+    }
+  }
+#endif
+  // Portable path (and FP8 rows whose K is not a multiple of 32): dequantize a row, fp32 dot products.
+  Tensor view = Tensor::view(w.fmt, {w.N, w.K}, const_cast<uint8_t*>(w.q), nullptr);
+  Tensor sc = Tensor::view(quant_scales_dtype(w.fmt), quant_scales_shape(w.fmt, view.shape),
+                           const_cast<void*>(w.scales), nullptr);
+  view.scales = std::make_shared<const Tensor>(sc);
+  std::vector<float> wrow(size_t(w.K));
+  for (int64_t n = n0; n < n1; n++) {
+    dequantize_row(wrow.data(), view, n);
+    for (int64_t m = 0; m < M; m++) {
+      const float* am = a + m * w.K;
+      float acc = 0.0f;
+      for (int64_t k = 0; k < w.K; k++) acc += wrow[size_t(k)] * am[k];
+      out[m * ldc + n] = acc;
+    }
+  }
+}
+
+// The activations the streaming kernel reads for W's format: `in` itself, or the MXFP4 deinterleaved copy.
+const float* stream_input(const float* in, int64_t M, int64_t K, DType fmt, std::vector<float>* buf) {
+#if defined(__AVX512F__)
+  if (fmt == DType::MXFP4 && K % 32 == 0) {
+    buf->resize(size_t(M * K));
+    deinterleave_blocks(buf->data(), in, M, K);
+    return buf->data();
+  }
+#endif
+  (void)M, (void)K, (void)fmt, (void)buf;
+  return in;
+}
+
+struct Tile {
+  int64_t expert, n0, n1;
+};
+
+// Output rows per work item: at least 16 (a few KB of weights), and enough items for the threads to share.
+int64_t tile_rows(int64_t N, int64_t items_per_row_set, int threads) {
+  const int64_t want_items = int64_t(threads) * 8;
+  int64_t t = (N * items_per_row_set + want_items - 1) / want_items;
+  t = std::max<int64_t>(16, (t + 15) / 16 * 16);
+  return std::min(t, N);
+}
+
+// Runs tiles over the threads (dynamic: experts differ in rows); the first exception is carried out.
+template <typename Fn>
+void run_tiles(const std::vector<Tile>& tiles, Fn&& fn) {
+  const int threads = threads_here();
+  if (threads <= 1 || tiles.size() <= 1) {
+    for (const Tile& t : tiles) fn(t);
+    return;
+  }
+  std::exception_ptr error;
+  std::mutex error_mu;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+  for (size_t i = 0; i < tiles.size(); i++) {
+    try {
+      fn(tiles[i]);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(error_mu);
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+// out[M, N] = in · W[e]ᵀ through a bf16 GEMM over dequantized tiles of W.
+void dequant_gemm(float* out, int64_t ldc, const float* in, int64_t M, const Tensor& W, int64_t expert) {
+  const int64_t N = W.dim(-2), K = W.dim(-1);
+  const int64_t chunk = std::min<int64_t>(N, std::max<int64_t>(64, (int64_t(8) << 20) / (2 * K)));
+  thread_local std::vector<uint16_t> tile;
+  tile.resize(size_t(chunk * K));
+  for (int64_t n0 = 0; n0 < N; n0 += chunk) {
+    const int64_t rows = std::min(chunk, N - n0);
+    dequantize_rows_bf16(tile.data(), W, expert * N + n0, rows);
+    MatRef b{tile.data(), DType::BF16, K, /*trans=*/true};
+    gemm(M, rows, K, 1.0f, mat(in, K), b, 0.0f, out + n0, ldc);
+  }
+}
+
+void check_weight(const Tensor& W, int rank, const char* what) {
+  check_quantized(W, what);
+  ZAYA_CHECK(W.ndim() == rank, what, ": expected a ", rank, "-D quantized weight, got ", shape_str(W.shape));
+}
+
+}  // namespace
+
+void quant_linear_forward_with(QuantPath path, float* out, int64_t ldc, const float* in, int64_t M,
+                               const Tensor& W) {
+  check_weight(W, 2, "quant_linear_forward");
+  if (M == 0) return;
+  if (path == QuantPath::Auto)
+    path = M <= kQuantStreamMaxRows || gemm_batch_invariant() ? QuantPath::Stream : QuantPath::DequantGemm;
+  if (path == QuantPath::DequantGemm) return dequant_gemm(out, ldc, in, M, W, 0);
+  const QMat w = qmat(W, 0);
+  thread_local std::vector<float> abuf;
+  const float* a = stream_input(in, M, w.K, w.fmt, &abuf);
+  std::vector<Tile> tiles;
+  const int64_t tr = tile_rows(w.N, 1, threads_here());
+  for (int64_t n0 = 0; n0 < w.N; n0 += tr) tiles.push_back({0, n0, std::min(w.N, n0 + tr)});
+  run_tiles(tiles, [&](const Tile& t) { stream_tile_any(out, ldc, a, M, w, t.n0, t.n1); });
+}
+
+void quant_linear_forward(float* out, int64_t ldc, const float* in, int64_t M, const Tensor& W) {
+  quant_linear_forward_with(QuantPath::Auto, out, ldc, in, M, W);
+}
+
+void quant_grouped_linear_forward(float* out, const float* in, const Tensor& W, const int64_t* offsets,
+                                  int64_t E) {
+  check_weight(W, 3, "quant_grouped_linear_forward");
+  ZAYA_CHECK(W.dim(0) == E, "quant_grouped_linear_forward: expert weights hold ", W.dim(0),
+             " experts, expected ", E);
+  ZAYA_CHECK(offsets != nullptr && offsets[0] == 0, "quant_grouped_linear_forward: offsets must start at 0");
+  for (int64_t e = 0; e < E; e++) {
+    ZAYA_CHECK(offsets[e + 1] >= offsets[e], "quant_grouped_linear_forward: offsets must be non-decreasing");
+  }
+  const int64_t N = W.dim(1), K = W.dim(2), T = offsets[E];
+  if (T == 0) return;
+  const bool invariant = gemm_batch_invariant();
+  // Experts with many rows: dequantized tiles into the bf16 GEMM, one expert at a time on all threads.
+  std::vector<int64_t> streamed;
+  for (int64_t e = 0; e < E; e++) {
+    const int64_t rows = offsets[e + 1] - offsets[e];
+    if (rows == 0) continue;
+    if (rows > kQuantStreamMaxRows && !invariant) {
+      dequant_gemm(out + offsets[e] * N, N, in + offsets[e] * K, rows, W, e);
+    } else {
+      streamed.push_back(e);
+    }
+  }
+  if (streamed.empty()) return;
+  thread_local std::vector<float> abuf;
+  const float* a = stream_input(in, T, K, W.dtype, &abuf);
+  std::vector<Tile> tiles;
+  const int64_t tr = tile_rows(N, int64_t(streamed.size()), threads_here());
+  for (int64_t e : streamed)
+    for (int64_t n0 = 0; n0 < N; n0 += tr) tiles.push_back({e, n0, std::min(N, n0 + tr)});
+  run_tiles(tiles, [&](const Tile& t) {
+    const int64_t r0 = offsets[t.expert], rows = offsets[t.expert + 1] - r0;
+    stream_tile_any(out + r0 * N, N, a + r0 * K, rows, qmat(W, t.expert), t.n0, t.n1);
+  });
+}
+
+}  // namespace zaya

@@ -1,0 +1,41 @@
+// Products with quantized weights (Q8_0, MXFP4, F8_E4M3; formats in core/quant.h).
+//
+// Decode reads every weight a token touches, so its speed is the rate at which weights stream from memory.
+// The streaming kernel reads each weight block once for all the call's rows (up to 8 at a time in
+// registers), turns it into fp32 in registers (int8 -> fp32, E2M1 nibbles -> fp32 through a 16-entry
+// table, e4m3 -> fp16 -> fp32) and multiplies with the fp32 activations as they are: no activation
+// quantization, so its only error is fp32 rounding. Sum order per output: blocks in pairs (even/odd into
+// two accumulators), within a block lo half then hi half; the block scale applied once per block.
+// Row m's results depend on in[m] and W only, never on M, the tiling or the thread: the kernel is batch
+// invariant by construction.
+//
+// Many rows (prefill) are faster as a bf16 GEMM: above kQuantStreamMaxRows rows a tile of W is
+// dequantized to bf16 (exact for the Q8_0 and MXFP4 elements; the scale product rounded once) and goes
+// through gemm(). In gemm's batch-invariant mode the streaming kernel serves every M, so a row's result
+// never depends on how many rows shared its call.
+#pragma once
+
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace zaya {
+
+// Rows up to which the streaming kernel is used outside batch-invariant mode.
+constexpr int64_t kQuantStreamMaxRows = 16;
+
+// out[M, N] (row stride ldc) = in[M, K] · W[N, K]ᵀ; W quantized, 2-D [N, K]. Threads split N.
+void quant_linear_forward(float* out, int64_t ldc, const float* in, int64_t M, const Tensor& W);
+
+// The expert form: out[r, :] = in[r, :] · W[e]ᵀ for the rows r in [offsets[e], offsets[e+1]) of expert e;
+// W [E, N, K] quantized. Every (expert, N-tile) pair of the call is one work item of a single parallel
+// loop, so a decode step with a few rows per expert keeps all threads streaming.
+void quant_grouped_linear_forward(float* out, const float* in, const Tensor& W, const int64_t* offsets,
+                                  int64_t E);
+
+// How a call is computed (tests and benchmarks): Auto picks by M and the batch-invariant mode.
+enum class QuantPath { Auto, Stream, DequantGemm };
+void quant_linear_forward_with(QuantPath path, float* out, int64_t ldc, const float* in, int64_t M,
+                               const Tensor& W);
+
+}  // namespace zaya
