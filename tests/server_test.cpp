@@ -388,6 +388,41 @@ TEST(Server, DisconnectFreesSlot) {
   EXPECT_EQ(status, 200) << r.dump();
 }
 
+// A non-streamed answer goes out whole (Content-Length, no chunked body: node-fetch 2 on Node 18 fails on
+// those), so the server watches the connection itself: a client that gives up frees its slot long before
+// its answer would have been complete. Timed against the same request run to its end.
+TEST(Server, DisconnectFreesSlotNonStreamed) {
+  serve::ServerOptions o;
+  o.engine.parallel = 1;
+  o.engine.ctx_size = 4000;
+  Running s(o);
+  const json body = {{"prompt", "The jury"}, {"max_tokens", 3900}, {"ignore_eos", true}};
+  const auto t0 = std::chrono::steady_clock::now();
+  auto whole = s.cli->Post("/v1/completions", body.dump(), "application/json");
+  const double full = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(whole);
+  EXPECT_EQ(whole->status, 200) << whole->body;
+  EXPECT_EQ(json::parse(whole->body)["usage"]["completion_tokens"], 3900) << whole->body.substr(0, 300);
+  EXPECT_TRUE(whole->has_header("Content-Length")) << "a non-streamed answer is sent whole";
+  EXPECT_FALSE(whole->has_header("Transfer-Encoding"));
+  {
+    httplib::Client c("127.0.0.1", s.server->port());
+    c.set_read_timeout(0, 100000);  // gives up after 0.1 s: the connection closes
+    EXPECT_FALSE(c.Post("/v1/completions", body.dump(), "application/json"));
+  }
+  const auto dropped = std::chrono::steady_clock::now();
+  bool idle = false;
+  while (!idle && std::chrono::steady_clock::now() - dropped < std::chrono::seconds(30)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    auto m = s.cli->Get("/metrics");
+    idle = m && m->body.find("zaya_running_sequences 0") != std::string::npos;
+  }
+  const double freed = std::chrono::duration<double>(std::chrono::steady_clock::now() - dropped).count();
+  EXPECT_TRUE(idle);
+  EXPECT_LT(freed, full / 3) << "the dropped request ran on: freed after " << freed
+                             << " s, a whole answer takes " << full << " s";
+}
+
 // Consistency under load: 16 streaming requests with different prompt lengths, max_tokens and samplers (even:
 // greedy; odd: seeded, temperature 0.9, top_p 0.95), arriving at staggered times while others run, with 6
 // slots so that some wait in the queue and join a running batch later. Every stream's tokens equal the same

@@ -257,6 +257,7 @@ ZayaConfig parse_config(const std::string& text, const std::string& src) {
     parse_legacy(r, c);
   else
     parse_native(r, c);
+  if (r.has("quantization_config")) c.quantization_config = j["quantization_config"].dump();
   // The semantics the checkpoint was released (or trained, for a zaya export) with: spec §8.4.
   if (legacy) {
     c.own_semantics = Semantics::Legacy;
@@ -419,6 +420,7 @@ std::string config_to_json(const ZayaConfig& c) {
   j["initializer_range"] = c.initializer_range;
   j["attention_dropout"] = 0.0;
   j["use_cache"] = true;
+  if (!c.quantization_config.empty()) j["quantization_config"] = json::parse(c.quantization_config);
   if (c.semantics == Semantics::Legacy) {
     // A model trained or exported with legacy semantics says so; zaya loads it that way by default (the
     // Hugging Face code ignores these keys and computes native semantics).

@@ -53,6 +53,8 @@ struct ZayaConfig {
   std::vector<int64_t> eos_token_ids{106};
   int64_t max_position_embeddings = 131072;
   double initializer_range = 0.02;
+  // config.json's "quantization_config" as JSON text ("" when absent); io/quant_checkpoint.h reads it.
+  std::string quantization_config;
 
   // Semantics (spec §8.4): parse_config sets the checkpoint's own (`semantics`, Auto resolved) and the
   // fields below from it; apply_semantics switches them. Only these two fields differ between semantics.

@@ -5,7 +5,9 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/quant.h"
 #include "io/checkpoint_files.h"
+#include "io/quant_checkpoint.h"
 
 namespace zaya {
 
@@ -219,9 +221,21 @@ ZayaWeights load_weights(const std::string& dir, const ZayaConfig& cfg, DType co
     }
   }
 
+  const WeightQuant quant = parse_quantization_config(cfg.quantization_config, dir + "/config.json");
+  ZAYA_CHECK(quant.format == DType::F32 || !legacy, dir,
+             ": a quantized checkpoint must use the native tensor layout (spec §8.3)");
   std::vector<std::string> missing, misshaped;
   std::set<std::string> used;
+  int64_t quantized = 0;
   for (NamedParam& p : params) {
+    QuantParts parts;
+    if (quant.format != DType::F32 && p.is_matrix && find_quant_parts(files, p.name, quant.format, &parts)) {
+      *p.slot = load_quantized(files, parts, quant.format, p.shape);
+      used.insert(parts.data);
+      used.insert(parts.scales);
+      quantized++;
+      continue;
+    }
     auto it = by_native.find(p.name);
     if (it == by_native.end()) {
       missing.push_back(p.name);
@@ -259,6 +273,10 @@ ZayaWeights load_weights(const std::string& dir, const ZayaConfig& cfg, DType co
       misshaped.push_back(str_cat(s.stored, ": ", shape_str(t.shape), ", expected ", shape_str(p.shape)));
       continue;
     }
+    ZAYA_CHECK(t.dtype == DType::F32 || t.dtype == DType::BF16 || t.dtype == DType::F16, dir, ": ", s.stored,
+               " is stored as ", dtype_name(t.dtype), " without a weight_scale",
+               quant.format == DType::F32 ? " and config.json has no quantization_config" : "",
+               "; expected F32, BF16 or F16");
     *p.slot = as_dtype(t, want);
   }
   for (const auto& [native, s] : by_native) {
@@ -279,6 +297,12 @@ ZayaWeights load_weights(const std::string& dir, const ZayaConfig& cfg, DType co
     list("tensors with the wrong shape", misshaped);
     if (!cfg.attention_bias && !unexpected.empty() && unexpected[0].find(".bias") != std::string::npos)
       msg += "\n  (projection biases require \"attention_bias\": true)";
+    for (const std::string& u : unexpected) {
+      if (quant.format == DType::F32 && u.find("weight_scale") != std::string::npos) {
+        msg += "\n  (quantized weights need config.json's quantization_config)";
+        break;
+      }
+    }
     fail(msg);
   }
   if (cfg.tie_word_embeddings) {
@@ -291,6 +315,8 @@ ZayaWeights load_weights(const std::string& dir, const ZayaConfig& cfg, DType co
     }
     w.lm_head = w.embed;
   }
+  ZAYA_CHECK(quant.format == DType::F32 || quantized > 0, dir, ": config.json declares ", quant.format_name,
+             " weights but no tensor has a weight_scale");
   fuse_qkv(cfg, w);
   return w;
 }
@@ -298,20 +324,37 @@ ZayaWeights load_weights(const std::string& dir, const ZayaConfig& cfg, DType co
 void fuse_qkv(const ZayaConfig& c, ZayaWeights& w) {
   const int64_t H = c.hidden_size, A = c.q_dim(), Kv = c.kv_dim(), N = A + 2 * Kv;
   for (ZayaLayerWeights& l : w.layers) {
-    Tensor fused = Tensor::empty(w.compute, {N, H});
+    // The four parts in one format: their quantized format when all four share it, else the compute dtype
+    // (a quantized part among float ones is dequantized).
+    DType fmt = l.q_proj.dtype;
+    for (const Tensor* t : {&l.k_proj, &l.v_cur, &l.v_del})
+      if (t->dtype != fmt) fmt = w.compute;
+    if (!is_quantized(fmt)) fmt = w.compute;
+    Tensor fused = Tensor::empty(fmt, {N, H});
+    Tensor fused_scales;
+    if (is_quantized(fmt))
+      fused_scales = Tensor::empty(quant_scales_dtype(fmt), quant_scales_shape(fmt, {N, H}));
     Tensor bias = Tensor::empty(DType::F32, {N});
-    const size_t es = dtype_size(w.compute);
+    const size_t row_bytes = dtype_row_bytes(fmt, H);
     int64_t row = 0;
     for (auto [mat, vec] : {std::pair{&l.q_proj, &l.q_bias},
                             {&l.k_proj, &l.k_bias},
                             {&l.v_cur, &l.v_cur_bias},
                             {&l.v_del, &l.v_del_bias}}) {
-      ZAYA_ASSERT(mat->dtype == w.compute && mat->dim(1) == H,
-                  "projection must be loaded in the compute dtype");
+      ZAYA_ASSERT(mat->dim(1) == H, "projection must take the hidden size as input");
+      if (mat->dtype != fmt) *mat = mat->to(fmt);
       const int64_t rows = mat->dim(0);
-      char* dst = static_cast<char*>(fused.data) + row * H * es;
-      std::memcpy(dst, mat->data, rows * H * es);
-      *mat = Tensor::view(w.compute, {rows, H}, dst, fused.owner);
+      char* dst = static_cast<char*>(fused.data) + row * row_bytes;
+      std::memcpy(dst, mat->data, rows * row_bytes);
+      Tensor part = Tensor::view(fmt, {rows, H}, dst, fused.owner);
+      if (is_quantized(fmt)) {
+        const size_t sb = size_t(fused_scales.shape.back()) * dtype_size(fused_scales.dtype);
+        char* sdst = static_cast<char*>(fused_scales.data) + row * sb;
+        std::memcpy(sdst, mat->scales->data, rows * sb);
+        part.scales = std::make_shared<const Tensor>(
+            Tensor::view(fused_scales.dtype, {rows, fused_scales.shape.back()}, sdst, fused_scales.owner));
+      }
+      *mat = part;
       if (vec->data) {
         float* bdst = bias.f32() + row;
         std::memcpy(bdst, vec->data, rows * sizeof(float));
@@ -319,6 +362,7 @@ void fuse_qkv(const ZayaConfig& c, ZayaWeights& w) {
       }
       row += rows;
     }
+    if (is_quantized(fmt)) fused.scales = std::make_shared<const Tensor>(fused_scales);
     l.qkv = fused;
     l.qkv_bias = bias;
   }

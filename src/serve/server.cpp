@@ -1,6 +1,11 @@
 #include "serve/server.h"
 
+#include <arpa/inet.h>
+#include <dirent.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <chrono>
@@ -240,24 +245,79 @@ bool any_running(const std::vector<ChoiceRun>& runs) {
   return std::any_of(runs.begin(), runs.end(), [](const ChoiceRun& c) { return !c.done; });
 }
 
-// A non-streamed answer: runs every choice to its end, handing new text to `on_text` as pump() does. The
-// connection is probed once a second with JSON whitespace (valid before the body), so a client that went
-// away cancels its choices. False when it went away.
-template <typename OnText>
-bool run_to_end(Server::Impl& s, std::vector<ChoiceRun>& runs, httplib::DataSink& sink, OnText on_text) {
-  auto probe = Clock::now();
-  bool gone = false;
-  while (any_running(runs)) {
-    pump(s, runs, 100, on_text);
-    if (!gone && Clock::now() - probe > std::chrono::seconds(1)) {
-      probe = Clock::now();
-      if (!sink.write(" ", 1)) {
-        gone = true;
-        cancel_all(runs);
+// The connection of a request, found by its addresses: httplib 0.11 shows a handler neither its socket nor
+// whether the client is still there. The worker thread owns the socket until the handler returns, so the
+// fd found once stays valid; polling it for the peer's hang-up tells a client that went away.
+class PeerProbe {
+ public:
+  explicit PeerProbe(const httplib::Request& req) {
+    DIR* d = opendir("/proc/self/fd");
+    if (!d) return;
+    while (dirent* e = readdir(d)) {
+      const int fd = std::atoi(e->d_name);
+      if (e->d_name[0] < '0' || e->d_name[0] > '9' || fd == dirfd(d)) continue;
+      if (matches(fd, req)) {
+        fd_ = fd;
+        break;
       }
     }
+    closedir(d);
   }
-  return !gone;
+  // True once the client closed its side (or the socket failed); false while it is there or when the
+  // socket was not found.
+  bool gone() const {
+    if (fd_ < 0) return false;
+    pollfd p{fd_, POLLRDHUP, 0};
+    return poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+  }
+
+ private:
+  static bool address_is(const sockaddr_storage& a, const std::string& host, int port) {
+    char buf[INET6_ADDRSTRLEN] = {};
+    int p = -1;
+    if (a.ss_family == AF_INET) {
+      const auto* in = reinterpret_cast<const sockaddr_in*>(&a);
+      inet_ntop(AF_INET, &in->sin_addr, buf, sizeof buf);
+      p = ntohs(in->sin_port);
+    } else if (a.ss_family == AF_INET6) {
+      const auto* in = reinterpret_cast<const sockaddr_in6*>(&a);
+      inet_ntop(AF_INET6, &in->sin6_addr, buf, sizeof buf);
+      p = ntohs(in->sin6_port);
+    } else {
+      return false;
+    }
+    return p == port && host == buf;
+  }
+  static bool matches(int fd, const httplib::Request& req) {
+    sockaddr_storage peer{}, self{};
+    socklen_t pl = sizeof peer, sl = sizeof self;
+    if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &pl) != 0) return false;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&self), &sl) != 0) return false;
+    return address_is(peer, req.remote_addr, req.remote_port) &&
+           address_is(self, req.local_addr, req.local_port);
+  }
+  int fd_ = -1;
+};
+
+// A non-streamed answer: runs every choice to its end, handing new text to `on_text` as pump() does, and
+// cancels them when the client goes away (false then). The answer goes out whole, with a Content-Length:
+// a chunked JSON body trips node-fetch 2 (the OpenAI JS client 4.x) on Node 18 with "Premature close"
+// when the connection is kept alive.
+template <typename OnText>
+bool run_to_end(Server::Impl& s, std::vector<ChoiceRun>& runs, const PeerProbe& peer, OnText on_text) {
+  try {
+    while (any_running(runs)) {
+      pump(s, runs, 100, on_text);
+      if (peer.gone()) {
+        cancel_all(runs);
+        return false;
+      }
+    }
+  } catch (...) {
+    cancel_all(runs);
+    throw;
+  }
+  return true;
 }
 
 // A streamed answer: runs every choice to its end; `on_text(i, text, first_new)` writes events and returns
@@ -466,29 +526,26 @@ void Server::Impl::handle_completions(const httplib::Request& hreq, httplib::Res
   };
 
   if (!r->stream.stream) {
-    res.set_chunked_content_provider(
-        kJsonType, safe_provider(runs, [=, this](size_t, httplib::DataSink& sink) {
-          if (!run_to_end(*this, *runs, sink, [](size_t, const std::string&, size_t) {})) return false;
-          std::vector<CompletionChoice> choices;
-          for (size_t i = 0; i < runs->size(); i++) {
-            ChoiceRun& c = (*runs)[i];
-            CompletionChoice ch;
-            ch.index = int(i);
-            ch.text = (r->echo ? (*prompt_text)[i / n] : "") + c.stop.text;
-            ch.finish_reason = c.finish;
-            if (r->sampling.logprobs) ch.logprobs = logprobs_of(i, c, 0, 0, r->echo);
-            choices.push_back(ch);
-          }
-          Usage u = usage();
-          generation_tokens->add(double(u.completion_tokens));
-          const std::string body = completion_json(id, created, opt.model_name, choices, &u).dump();
-          sink.write(body.data(), body.size());
-          sink.done();
-          return true;
-        }));
+    if (!run_to_end(*this, *runs, PeerProbe(hreq), [](size_t, const std::string&, size_t) {})) return;
+    std::vector<CompletionChoice> choices;
+    for (size_t i = 0; i < runs->size(); i++) {
+      ChoiceRun& c = (*runs)[i];
+      CompletionChoice ch;
+      ch.index = int(i);
+      ch.text = (r->echo ? (*prompt_text)[i / n] : "") + c.stop.text;
+      ch.finish_reason = c.finish;
+      if (r->sampling.logprobs) ch.logprobs = logprobs_of(i, c, 0, 0, r->echo);
+      choices.push_back(ch);
+    }
+    Usage u = usage();
+    generation_tokens->add(double(u.completion_tokens));
+    res.set_content(completion_json(id, created, opt.model_name, choices, &u).dump(), kJsonType);
     return;
   }
   res.set_header("Cache-Control", "no-cache");
+  // One stream per connection: node-fetch 2 (the OpenAI JS client 4.x) on Node 18 fails a chunked response
+  // on a kept-alive connection with "Premature close" once the client has stopped reading at [DONE].
+  res.set_header("Connection", "close");
   res.set_chunked_content_provider(
       "text/event-stream", safe_provider(runs, [=, this](size_t, httplib::DataSink& sink) {
         auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
@@ -579,33 +636,30 @@ void Server::Impl::handle_chat(const httplib::Request& hreq, httplib::Response& 
   };
 
   if (!r->stream.stream) {
-    res.set_chunked_content_provider(
-        kJsonType, safe_provider(runs, [=, this](size_t, httplib::DataSink& sink) {
-          auto feed = [&](size_t i, const std::string& text, size_t) { (*parsers)[i].feed(text); };
-          if (!run_to_end(*this, *runs, sink, feed)) return false;
-          std::vector<ChatChoice> choices;
-          for (size_t i = 0; i < runs->size(); i++) {
-            ChatOutputParser& p = (*parsers)[i];
-            p.finish();
-            ChatChoice ch;
-            ch.index = int(i);
-            ch.reasoning_content = p.reasoning();
-            if (p.tool_calls().empty() || !p.content().empty()) ch.content = p.content();
-            for (const ToolCall& tc : p.tool_calls()) ch.tool_calls.push_back({tc.id, tc.name, tc.arguments});
-            ch.finish_reason = finish_reason((*runs)[i], p);
-            if (r->sampling.logprobs) ch.logprobs = entries((*runs)[i], 0);
-            choices.push_back(ch);
-          }
-          Usage u = usage();
-          generation_tokens->add(double(u.completion_tokens));
-          const std::string body = chat_completion_json(id, created, opt.model_name, choices, u).dump();
-          sink.write(body.data(), body.size());
-          sink.done();
-          return true;
-        }));
+    auto feed = [&](size_t i, const std::string& text, size_t) { (*parsers)[i].feed(text); };
+    if (!run_to_end(*this, *runs, PeerProbe(hreq), feed)) return;
+    std::vector<ChatChoice> choices;
+    for (size_t i = 0; i < runs->size(); i++) {
+      ChatOutputParser& p = (*parsers)[i];
+      p.finish();
+      ChatChoice ch;
+      ch.index = int(i);
+      ch.reasoning_content = p.reasoning();
+      if (p.tool_calls().empty() || !p.content().empty()) ch.content = p.content();
+      for (const ToolCall& tc : p.tool_calls()) ch.tool_calls.push_back({tc.id, tc.name, tc.arguments});
+      ch.finish_reason = finish_reason((*runs)[i], p);
+      if (r->sampling.logprobs) ch.logprobs = entries((*runs)[i], 0);
+      choices.push_back(ch);
+    }
+    Usage u = usage();
+    generation_tokens->add(double(u.completion_tokens));
+    res.set_content(chat_completion_json(id, created, opt.model_name, choices, u).dump(), kJsonType);
     return;
   }
   res.set_header("Cache-Control", "no-cache");
+  // One stream per connection: node-fetch 2 (the OpenAI JS client 4.x) on Node 18 fails a chunked response
+  // on a kept-alive connection with "Premature close" once the client has stopped reading at [DONE].
+  res.set_header("Connection", "close");
   res.set_chunked_content_provider(
       "text/event-stream", safe_provider(runs, [=, this](size_t, httplib::DataSink& sink) {
         auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
