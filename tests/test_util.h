@@ -2,12 +2,14 @@
 #pragma once
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -46,6 +48,24 @@ inline int run_shell(const std::string& cmd, const std::string& log) {
   const int st = std::system((cmd + " > '" + log + "' 2>&1").c_str());
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
+
+// A fresh directory under the system temp dir (named by `tag` and the pid), removed with its contents when
+// the object goes.
+struct TempDir {
+  std::string path;
+  explicit TempDir(const std::string& tag) {
+    namespace fs = std::filesystem;
+    path = (fs::temp_directory_path() / ("zaya_" + tag + "_" + std::to_string(::getpid()))).string();
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+};
 
 inline std::string read_text(const std::string& path) {
   std::ifstream f(path, std::ios::binary);

@@ -64,7 +64,8 @@ const char* grouped_schedule_name(GroupedSchedule schedule) {
 
 void grouped_linear_forward_with(GroupedSchedule schedule, GemmBackend backend, float* out, const float* in,
                                  const Tensor& W, const int64_t* offsets, int64_t E) {
-  if (is_quantized(W.dtype)) return quant_grouped_linear_forward(out, in, W, offsets, E);
+  ZAYA_CHECK(!is_quantized(W.dtype),
+             "grouped_linear_forward_with: quantized weights go through grouped_linear_forward");
   ZAYA_CHECK(W.ndim() == 3, "grouped_linear_forward: expert weights must be 3-D [E, out, in], got shape ",
              shape_str(W.shape));
   ZAYA_CHECK(W.dtype == DType::F32 || W.dtype == DType::BF16,
@@ -99,7 +100,9 @@ void grouped_linear_forward_with(GroupedSchedule schedule, GemmBackend backend, 
   if (error) std::rethrow_exception(error);
 }
 
-void grouped_linear_forward(float* out, const float* in, const Tensor& W, const int64_t* offsets, int64_t E) {
+void grouped_linear_forward(float* out, const float* in, const Tensor& W, const int64_t* offsets, int64_t E,
+                            DType quant_tile) {
+  if (is_quantized(W.dtype)) return quant_grouped_linear_forward(out, in, W, offsets, E, quant_tile);
   grouped_linear_forward_with(GroupedSchedule::Auto, GemmBackend::Auto, out, in, W, offsets, E);
 }
 

@@ -19,7 +19,9 @@ namespace zaya {
 // (set_gemm_batch_invariant), a token's output row depends only on its input row and its expert's weights,
 // never on which other tokens were routed with it, the schedule or the thread a product ran on
 // (tests/batch_invariance_test.cpp).
-void grouped_linear_forward(float* out, const float* in, const Tensor& W, const int64_t* offsets, int64_t E);
+// A quantized W (kernels/quant_gemm.h) dequantizes its many-row experts into `quant_tile` (F32 or BF16).
+void grouped_linear_forward(float* out, const float* in, const Tensor& W, const int64_t* offsets, int64_t E,
+                            DType quant_tile = DType::BF16);
 
 // How the expert GEMMs share the threads (for benchmarks; grouped_linear_forward uses Auto):
 //   Sequential      one expert at a time, each GEMM on all threads

@@ -30,7 +30,7 @@ struct MoeScratch {
 void moe_experts_forward(float* out, const float* u, const int32_t* choice, const float* weight,
                          const float* p_skip, const ExpertPlan& plan, const Tensor& gate_up,
                          const Tensor& down, int64_t T, int64_t H, int64_t I, int64_t E,
-                         bool skip_passthrough, MoeScratch& scratch);
+                         bool skip_passthrough, MoeScratch& scratch, DType quant_tile = DType::BF16);
 
 // ---- Backward (spec §6.11-6.13) ----
 

@@ -268,16 +268,27 @@ void run_tiles(const std::vector<Tile>& tiles, Fn&& fn) {
   if (error) std::rethrow_exception(error);
 }
 
-// out[M, N] = in · W[e]ᵀ through a bf16 GEMM over dequantized tiles of W.
-void dequant_gemm(float* out, int64_t ldc, const float* in, int64_t M, const Tensor& W, int64_t expert) {
+// out[M, N] = in · W[e]ᵀ through a GEMM over tiles of W dequantized into `tile` (F32 or BF16).
+void dequant_gemm(float* out, int64_t ldc, const float* in, int64_t M, const Tensor& W, int64_t expert,
+                  DType tile) {
+  ZAYA_CHECK(tile == DType::F32 || tile == DType::BF16, "quantized weights dequantize to F32 or BF16, not ",
+             dtype_name(tile));
   const int64_t N = W.dim(-2), K = W.dim(-1);
-  const int64_t chunk = std::min<int64_t>(N, std::max<int64_t>(64, (int64_t(8) << 20) / (2 * K)));
-  thread_local std::vector<uint16_t> tile;
-  tile.resize(size_t(chunk * K));
+  const int64_t chunk = std::min<int64_t>(N, std::max<int64_t>(64, (int64_t(8) << 20) / (4 * K)));
+  thread_local std::vector<uint16_t> tile_bf16;
+  thread_local std::vector<float> tile_f32;
   for (int64_t n0 = 0; n0 < N; n0 += chunk) {
     const int64_t rows = std::min(chunk, N - n0);
-    dequantize_rows_bf16(tile.data(), W, expert * N + n0, rows);
-    MatRef b{tile.data(), DType::BF16, K, /*trans=*/true};
+    MatRef b{nullptr, tile, K, /*trans=*/true};
+    if (tile == DType::BF16) {
+      tile_bf16.resize(size_t(chunk * K));
+      dequantize_rows_bf16(tile_bf16.data(), W, expert * N + n0, rows);
+      b.data = tile_bf16.data();
+    } else {
+      tile_f32.resize(size_t(chunk * K));
+      for (int64_t r = 0; r < rows; r++) dequantize_row(tile_f32.data() + r * K, W, expert * N + n0 + r);
+      b.data = tile_f32.data();
+    }
     gemm(M, rows, K, 1.0f, mat(in, K), b, 0.0f, out + n0, ldc);
   }
 }
@@ -290,12 +301,12 @@ void check_weight(const Tensor& W, int rank, const char* what) {
 }  // namespace
 
 void quant_linear_forward_with(QuantPath path, float* out, int64_t ldc, const float* in, int64_t M,
-                               const Tensor& W) {
+                               const Tensor& W, DType tile) {
   check_weight(W, 2, "quant_linear_forward");
   if (M == 0) return;
   if (path == QuantPath::Auto)
     path = M <= kQuantStreamMaxRows || gemm_batch_invariant() ? QuantPath::Stream : QuantPath::DequantGemm;
-  if (path == QuantPath::DequantGemm) return dequant_gemm(out, ldc, in, M, W, 0);
+  if (path == QuantPath::DequantGemm) return dequant_gemm(out, ldc, in, M, W, 0, tile);
   const QMat w = qmat(W, 0);
   thread_local std::vector<float> abuf;
   const float* a = stream_input(in, M, w.K, w.fmt, &abuf);
@@ -305,12 +316,12 @@ void quant_linear_forward_with(QuantPath path, float* out, int64_t ldc, const fl
   run_tiles(tiles, [&](const Tile& t) { stream_tile_any(out, ldc, a, M, w, t.n0, t.n1); });
 }
 
-void quant_linear_forward(float* out, int64_t ldc, const float* in, int64_t M, const Tensor& W) {
-  quant_linear_forward_with(QuantPath::Auto, out, ldc, in, M, W);
+void quant_linear_forward(float* out, int64_t ldc, const float* in, int64_t M, const Tensor& W, DType tile) {
+  quant_linear_forward_with(QuantPath::Auto, out, ldc, in, M, W, tile);
 }
 
 void quant_grouped_linear_forward(float* out, const float* in, const Tensor& W, const int64_t* offsets,
-                                  int64_t E) {
+                                  int64_t E, DType tile) {
   check_weight(W, 3, "quant_grouped_linear_forward");
   ZAYA_CHECK(W.dim(0) == E, "quant_grouped_linear_forward: expert weights hold ", W.dim(0),
              " experts, expected ", E);
@@ -327,7 +338,7 @@ void quant_grouped_linear_forward(float* out, const float* in, const Tensor& W, 
     const int64_t rows = offsets[e + 1] - offsets[e];
     if (rows == 0) continue;
     if (rows > kQuantStreamMaxRows && !invariant) {
-      dequant_gemm(out + offsets[e] * N, N, in + offsets[e] * K, rows, W, e);
+      dequant_gemm(out + offsets[e] * N, N, in + offsets[e] * K, rows, W, e, tile);
     } else {
       streamed.push_back(e);
     }

@@ -9,9 +9,9 @@
 // Row m's results depend on in[m] and W only, never on M, the tiling or the thread: the kernel is batch
 // invariant by construction.
 //
-// Many rows (prefill) are faster as a bf16 GEMM: above kQuantStreamMaxRows rows a tile of W is
-// dequantized to bf16 (exact for the Q8_0 and MXFP4 elements; the scale product rounded once) and goes
-// through gemm(). In gemm's batch-invariant mode the streaming kernel serves every M, so a row's result
+// Many rows (prefill) are faster as a GEMM: above kQuantStreamMaxRows rows a tile of W is dequantized into
+// `tile` (the model's compute dtype: BF16 rounds each weight once, F32 keeps it exact) and goes through
+// gemm(). In gemm's batch-invariant mode the streaming kernel serves every M, so a row's result
 // never depends on how many rows shared its call.
 #pragma once
 
@@ -25,17 +25,18 @@ namespace zaya {
 constexpr int64_t kQuantStreamMaxRows = 16;
 
 // out[M, N] (row stride ldc) = in[M, K] · W[N, K]ᵀ; W quantized, 2-D [N, K]. Threads split N.
-void quant_linear_forward(float* out, int64_t ldc, const float* in, int64_t M, const Tensor& W);
+void quant_linear_forward(float* out, int64_t ldc, const float* in, int64_t M, const Tensor& W,
+                          DType tile = DType::BF16);
 
 // The expert form: out[r, :] = in[r, :] · W[e]ᵀ for the rows r in [offsets[e], offsets[e+1]) of expert e;
 // W [E, N, K] quantized. Every (expert, N-tile) pair of the call is one work item of a single parallel
 // loop, so a decode step with a few rows per expert keeps all threads streaming.
 void quant_grouped_linear_forward(float* out, const float* in, const Tensor& W, const int64_t* offsets,
-                                  int64_t E);
+                                  int64_t E, DType tile = DType::BF16);
 
 // How a call is computed (tests and benchmarks): Auto picks by M and the batch-invariant mode.
 enum class QuantPath { Auto, Stream, DequantGemm };
 void quant_linear_forward_with(QuantPath path, float* out, int64_t ldc, const float* in, int64_t M,
-                               const Tensor& W);
+                               const Tensor& W, DType tile = DType::BF16);
 
 }  // namespace zaya

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/profile.h"
+#include "core/quant.h"
 #include "kernels/attention.h"
 #include "kernels/cca.h"
 #include "kernels/delayed_values.h"
@@ -110,6 +111,11 @@ double zaya_backward(const ZayaModel& model, const Activations& acts, const int3
              "zaya_backward needs the activations of a recording forward of this model");
   ZAYA_CHECK(int64_t(g.layers.size()) == L && g.embed.dtype == DType::F32,
              "zaya_backward needs gradients made by ZayaGrads::zeros for this config");
+  ZAYA_CHECK(!is_quantized(w.embed.dtype) && !is_quantized(w.lm_head.dtype) &&
+                 !is_quantized(w.layers[0].experts_gate_up.dtype) && !is_quantized(w.layers[0].qkv.dtype),
+             "training needs float weights: this model's weights are quantized (",
+             dtype_name(w.layers[0].experts_gate_up.dtype),
+             "); train from the float checkpoint the quantized one was made from");
 
   const int64_t counted = count_targets(targets, T);
   ZAYA_CHECK(count_total == 0 || count_total >= counted, "zaya_backward: count_total ", count_total,

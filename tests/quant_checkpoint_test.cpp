@@ -1,0 +1,285 @@
+// Quantized checkpoints: the loader on files written by the Python reference quantizer
+// (tools/reference/quantize_ref.py, from the compressed-tensors / ggml / OCP MX definitions; its outputs are
+// in tests/data/quant), `zaya quantize` against the same reference, the forward on quantized weights, and
+// every malformed file a clear error.
+#include "io/quant_checkpoint.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "core/quant.h"
+#include "io/checkpoint_files.h"
+#include "io/model_inputs.h"
+#include "io/safetensors.h"
+#include "io/safetensors_writer.h"
+#include "model/generate.h"
+#include "model/zaya-weights.h"
+#include "model/zaya.h"
+#include "test_util.h"
+
+namespace zaya {
+namespace {
+
+namespace fs = std::filesystem;
+
+const char* kVariants[] = {"fp8_experts", "mxfp4_experts", "q8_0_all"};
+
+std::string quant_dir(const std::string& v) {
+  return test::data_dir() + "/quant/" + v;
+}
+
+uint64_t fnv1a64(const void* data, size_t n) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  const auto* p = static_cast<const uint8_t*>(data);
+  for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+  return h;
+}
+
+// Every weight the reference quantized dequantizes in zaya to the reference's fp32 values, bit for bit
+// (both compute q · scale in fp32 from the same stored bytes).
+TEST(QuantCheckpoint, LoadsReferenceFilesBitExact) {
+  for (const char* v : kVariants) {
+    ZayaModel m = ZayaModel::load(quant_dir(v));
+    const nlohmann::json want = test::read_json(quant_dir(v) + "/dequant.json");
+    int64_t checked = 0;
+    for (const NamedParam& p : named_params(m.cfg, m.w)) {
+      if (!want.contains(p.name)) continue;
+      ASSERT_TRUE(is_quantized(p.slot->dtype))
+          << v << ": " << p.name << " loaded as " << dtype_name(p.slot->dtype);
+      Tensor f = p.slot->to(DType::F32);
+      char hex[17];
+      std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(fnv1a64(f.data, f.nbytes())));
+      EXPECT_EQ(want[p.name]["fnv1a64"].get<std::string>(), hex)
+          << v << ": " << p.name << " first " << f.f32()[0] << " want " << want[p.name]["first"][0];
+      checked++;
+    }
+    EXPECT_EQ(checked, int64_t(want.size())) << v;
+  }
+}
+
+// The forward on quantized weights equals the forward of the same model with those weights dequantized to
+// fp32 (so the quantized kernels, the loader's views, fused qkv and embedding lookups are all that differ),
+// within 3e-6 of the logits' scale (measured <= 5.7e-7: fp32 summation order; a wrong scale or
+// block is >= 1e-3), and every greedy token (argmax) agrees, in prefill (64 rows) and in decode.
+TEST(QuantCheckpoint, ForwardEqualsDequantizedModel) {
+  const ModelInputs in = load_model_inputs(test::golden_dir() + "/inputs.json");
+  for (const char* v : kVariants) {
+    ZayaModel q = ZayaModel::load(quant_dir(v));
+    ZayaModel f = q;
+    for (const NamedParam& p : named_params(f.cfg, f.w))
+      if (is_quantized(p.slot->dtype)) *p.slot = p.slot->to(DType::F32);
+    if (f.cfg.tie_word_embeddings) f.w.lm_head = f.w.embed;
+    fuse_qkv(f.cfg, f.w);
+    std::vector<float> logits[2];
+    for (int i = 0; i < 2; i++) {
+      const ZayaModel& m = i == 0 ? q : f;
+      ZayaCache cache(m.cfg, in.B);
+      ForwardOptions opt;
+      ForwardResult res;
+      ForwardScratch sc;
+      zaya_forward(m, cache, in.input_ids.data(), nullptr, in.B, in.S, opt, res, sc);
+      logits[i] = res.logits;
+    }
+    const test::Diff d = test::diff(logits[0], logits[1]);
+    std::printf("%s prefill (%ld rows): %s\n", v, long(in.B * in.S), d.str().c_str());
+    EXPECT_TRUE(d.within(0, 3e-6)) << v << ": " << d.str();
+    const int64_t V = q.cfg.vocab_size;
+    for (int64_t r = 0; r < in.B * in.S; r++) {
+      const float* a = logits[0].data() + r * V;
+      const float* b = logits[1].data() + r * V;
+      EXPECT_EQ(std::max_element(a, a + V) - a, std::max_element(b, b + V) - b) << v << " row " << r;
+    }
+    // Decode (a few rows a step: the streaming kernel everywhere): the greedy tokens and the logits that
+    // chose them.
+    GenerateOptions go;
+    go.max_new_tokens = 24;
+    go.stop_at_eos = false;
+    std::vector<float> steps[2];
+    std::vector<std::vector<int32_t>> toks[2];
+    for (int i = 0; i < 2; i++)
+      toks[i] = generate(i == 0 ? q : f, in.prompt_ids.data(), in.gen_B, in.gen_S, go, nullptr, &steps[i]);
+    EXPECT_EQ(toks[0], toks[1]) << v;
+    const test::Diff ds = test::diff(steps[0], steps[1]);
+    std::printf("%s decode: %s\n", v, ds.str().c_str());
+    EXPECT_TRUE(ds.within(0, 3e-6)) << v << ": " << ds.str();
+  }
+}
+
+// `zaya quantize` writes what the reference writes: the same element bytes for every scheme, the same
+// scale bytes for Q8_0 and MXFP4, and FP8 scales that round to the reference's bf16 ones.
+TEST(QuantCheckpoint, ZayaQuantizeMatchesReference) {
+  const test::TempDir td("quantize");
+  const std::string& tmp = td.path;
+  const struct {
+    const char* variant;
+    const char* scheme;
+    const char* what;
+  } cases[] = {
+      {"q8_0_all", "q8_0", "all"}, {"mxfp4_experts", "mxfp4", "experts"}, {"fp8_experts", "fp8", "experts"}};
+  for (const auto& c : cases) {
+    const std::string out = tmp + "/" + c.variant;
+    ASSERT_EQ(0, test::run_shell(std::string(ZAYA_BINARY) + " quantize --model " + test::golden_dir() +
+                                     " --out " + out + " --scheme " + c.scheme + " --what " + c.what,
+                                 tmp + "/log.txt"))
+        << test::read_text(tmp + "/log.txt");
+    CheckpointFiles mine = CheckpointFiles::open(out), ref = CheckpointFiles::open(quant_dir(c.variant));
+    DType fmt;
+    ASSERT_TRUE(quant_scheme_from_name(c.scheme, &fmt));
+    ZayaConfig cfg = load_config(out + "/config.json");
+    ZayaWeights slots;
+    int64_t compared = 0;
+    for (const NamedParam& p : named_params(cfg, slots)) {
+      QuantParts a, b;
+      const bool qa = find_quant_parts(mine, p.name, fmt, &a), qb = find_quant_parts(ref, p.name, fmt, &b);
+      ASSERT_EQ(qa, qb) << c.variant << ": " << p.name << " quantized in one file only";
+      if (!qa) continue;
+      const TensorInfo &da = mine.info(a.data), &db = ref.info(b.data);
+      ASSERT_EQ(da.nbytes(), db.nbytes()) << p.name;
+      EXPECT_EQ(0, std::memcmp(mine.file_of(a.data).tensor_bytes(a.data),
+                               ref.file_of(b.data).tensor_bytes(b.data), da.nbytes()))
+          << c.variant << ": " << a.data;
+      Tensor sa = mine.tensor(a.scales), sb = ref.tensor(b.scales);
+      if (fmt == DType::F8_E4M3) sa = sa.to(DType::BF16);
+      ASSERT_EQ(sa.nbytes(), sb.nbytes()) << p.name;
+      EXPECT_EQ(0, std::memcmp(sa.data, sb.data, sa.nbytes())) << c.variant << ": " << a.scales;
+      compared++;
+    }
+    EXPECT_GT(compared, 0);
+    // The output loads and declares itself.
+    EXPECT_NE(cfg.quantization_config.find(c.scheme), std::string::npos);
+    EXPECT_NO_THROW(ZayaModel::load(out));
+  }
+}
+
+// A copy of reference checkpoint `variant` in `dir` with tensor `name` replaced (dtype, shape, bytes) or
+// removed (empty dtype name), and config.json's quantization_config replaced when `qcfg` is not null.
+void write_variant(const std::string& dir, const std::string& variant, const std::string& name, DType dtype,
+                   const Shape& shape, bool remove, const nlohmann::json* qcfg = nullptr) {
+  fs::create_directories(dir);
+  SafetensorsFile f = SafetensorsFile::open(quant_dir(variant) + "/model.safetensors");
+  std::vector<std::pair<std::string, Tensor>> ts;
+  for (const std::string& n : f.names()) {
+    if (n == name) {
+      if (!remove) ts.push_back({n, Tensor::empty(dtype, shape)});
+      continue;
+    }
+    ts.push_back({n, f.tensor(n)});
+  }
+  write_safetensors(dir + "/model.safetensors", ts);
+  nlohmann::json cfg = test::read_json(quant_dir(variant) + "/config.json");
+  if (qcfg) cfg["quantization_config"] = *qcfg;
+  std::ofstream(dir + "/config.json") << cfg.dump(2);
+}
+
+std::string load_error(const std::string& dir) {
+  try {
+    ZayaModel::load(dir);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(QuantCheckpoint, MalformedFilesAreClearErrors) {
+  const test::TempDir td("quant_malformed");
+  const std::string& tmp = td.path;
+  const std::string gu = "model.layers.1.mlp.experts.gate_up_proj";  // [8, 128, 128]
+  struct Case {
+    std::string what, variant, name;
+    DType dtype;
+    Shape shape;
+    bool remove;
+    std::vector<std::string> must_say;
+  };
+  const std::vector<Case> cases = {
+      {"fp8 scale of the wrong shape",
+       "fp8_experts",
+       gu + ".weight_scale",
+       DType::BF16,
+       {8, 128, 2},
+       false,
+       {gu + ".weight_scale", "[8, 128, 1]", "output row"}},
+      {"q8_0 scales of the wrong block count",
+       "q8_0_all",
+       gu + ".weight_scale",
+       DType::F16,
+       {8, 128, 3},
+       false,
+       {gu + ".weight_scale", "[8, 128, 4]", "block of 32"}},
+      {"mxfp4 truncated blocks",
+       "mxfp4_experts",
+       gu + ".weight_packed",
+       DType::U8,
+       {8, 128, 63},
+       false,
+       {gu + ".weight_packed", "[8, 128, 64]", "truncated"}},
+      {"mxfp4 scales as floats",
+       "mxfp4_experts",
+       gu + ".weight_scale",
+       DType::F32,
+       {8, 128, 4},
+       false,
+       {gu + ".weight_scale", "E8M0"}},
+      {"fp8 weight of the wrong dtype", "fp8_experts", gu, DType::I8, {8, 128, 128}, false, {gu, "F8_E4M3"}},
+      {"fp8 scale missing",
+       "fp8_experts",
+       gu + ".weight_scale",
+       DType::F32,
+       {},
+       true,
+       {gu, "F8_E4M3", "weight_scale"}},
+      {"mxfp4 packed weights missing",
+       "mxfp4_experts",
+       gu + ".weight_packed",
+       DType::U8,
+       {},
+       true,
+       {gu + ".weight_scale", "weight_packed"}},
+  };
+  for (size_t i = 0; i < cases.size(); i++) {
+    const Case& c = cases[i];
+    const std::string dir = tmp + "/case" + std::to_string(i);
+    write_variant(dir, c.variant, c.name, c.dtype, c.shape, c.remove);
+    const std::string err = load_error(dir);
+    EXPECT_FALSE(err.empty()) << c.what << ": loaded without an error";
+    for (const std::string& s : c.must_say)
+      EXPECT_NE(err.find(s), std::string::npos) << c.what << ": " << err;
+  }
+  // quantization_config that zaya cannot run, or none beside quantized tensors.
+  const nlohmann::json base =
+      test::read_json(quant_dir("fp8_experts") + "/config.json")["quantization_config"];
+  nlohmann::json acts = base, nvfp4 = base, method = base, int4 = base;
+  acts["config_groups"]["group_0"]["input_activations"] = {{"num_bits", 8}, {"type", "float"}};
+  nvfp4["format"] = "nvfp4-pack-quantized";
+  nvfp4["config_groups"]["group_0"]["format"] = "nvfp4-pack-quantized";
+  nvfp4["config_groups"]["group_0"]["weights"] = {
+      {"num_bits", 4}, {"type", "float"}, {"strategy", "tensor_group"}, {"group_size", 16}};
+  method["quant_method"] = "gptq";
+  int4["config_groups"]["group_0"]["weights"]["num_bits"] = 4;
+  const std::pair<nlohmann::json, std::vector<std::string>> configs[] = {
+      {acts, {"activation quantization"}},
+      {nvfp4, {"not a scheme zaya runs"}},
+      {method, {"quant_method", "gptq"}},
+      {int4, {"not a scheme zaya runs"}},
+      {nlohmann::json(nullptr), {"quantization_config"}},
+  };
+  for (size_t i = 0; i < std::size(configs); i++) {
+    const std::string dir = tmp + "/config" + std::to_string(i);
+    write_variant(dir, "fp8_experts", "", DType::F32, {}, false, &configs[i].first);
+    if (configs[i].first.is_null()) {  // drop the key altogether
+      nlohmann::json cfg = test::read_json(dir + "/config.json");
+      cfg.erase("quantization_config");
+      std::ofstream(dir + "/config.json") << cfg.dump(2);
+    }
+    const std::string err = load_error(dir);
+    EXPECT_FALSE(err.empty()) << configs[i].first.dump();
+    for (const std::string& s : configs[i].second) EXPECT_NE(err.find(s), std::string::npos) << err;
+  }
+}
+
+}  // namespace
+}  // namespace zaya
