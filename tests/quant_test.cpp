@@ -189,7 +189,7 @@ TEST(QuantGemm, StreamEqualsDequantizedProduct) {
 // The prefill path rounds weights and activations to bf16: compare with the product of those bf16 values.
 TEST(QuantGemm, DequantGemmEqualsBf16Product) {
   for (DType f : kFormats) {
-    const int64_t N = 70, K = 256, M = 48;
+    const int64_t N = 70, K = 288, M = 48;  // K: 9 blocks, an odd count
     Tensor W = quantize(random_f32({N, K}, 5, 0.05f), f);
     Tensor a = random_f32({M, K}, 6);
     Tensor wb = W.to(DType::BF16), ab = a.to(DType::BF16);
@@ -199,6 +199,11 @@ TEST(QuantGemm, DequantGemmEqualsBf16Product) {
     // Same bf16 operands, fp32 accumulation in another order: ~1e-6 of the output scale.
     const test::Diff d = test::diff(got.data(), want.data(), got.size());
     EXPECT_TRUE(d.within(0, 1e-5)) << quant_scheme_name(f) << ": " << d.str();
+    // Into fp32 tiles (an fp32-compute model): the exact dequantized weights, fp32 activations.
+    std::vector<double> ref, bound;
+    reference(&ref, &bound, W, 0, a.f32(), M);
+    quant_linear_forward_with(QuantPath::DequantGemm, got.data(), N, a.f32(), M, W, DType::F32);
+    EXPECT_LE(worst_ratio(got.data(), ref, bound), 1.0) << quant_scheme_name(f) << " fp32 tiles";
   }
 }
 

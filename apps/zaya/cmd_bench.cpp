@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "bench_decode.h"
 #include "bench_serve.h"
 #include "ckpt/async_saver.h"
 #include "ckpt/checkpoint.h"
@@ -91,101 +92,6 @@ int bench_forward(const std::string& model_dir, const std::string& config, int64
   }
   nlohmann::json j = result_json("forward", dtype, c, B, S, times, zaya::forward_flops_per_token(c, S) / 1e9,
                                  peak32, peak16);
-  std::printf("%s\n", j.dump().c_str());
-  return 0;
-}
-
-// zaya bench decode: continuous-batching-style decode throughput: B sequences (each prefilled with `prefill`
-// random tokens, untimed) advance `steps` tokens, one token per sequence per forward call, for every B of
-// `batches`. With `compare`, every repetition runs each B once with gemm()'s batch-invariant mode off and
-// once on (the order alternating between repetitions: the machine is shared and noisy), and the JSON line
-// gives the median tokens/s of both and their ratio; without it, the process-wide mode is used as is.
-int bench_decode(const std::string& config, const std::string& dtype, const std::vector<int64_t>& batches,
-                 int64_t prefill, int64_t steps, int repeats, uint64_t seed, bool compare,
-                 zaya::Semantics semantics) {
-  const zaya::DType dt = dtype == "bf16" ? zaya::DType::BF16 : zaya::DType::F32;
-  zaya::ZayaModel model;
-  model.cfg = zaya::load_config(config);
-  zaya::apply_semantics(model.cfg, semantics, config);
-  model.w = zaya::init_weights(model.cfg, dt, seed);
-  const auto& c = model.cfg;
-  const bool saved = zaya::gemm_batch_invariant();
-  const std::vector<bool> modes = compare ? std::vector<bool>{false, true} : std::vector<bool>{saved};
-  std::mt19937 rng(uint32_t(seed) + 1);
-  auto token = [&] { return int32_t(3 + rng() % uint32_t(c.vocab_size - 3)); };
-  zaya::ForwardScratch sc;
-  zaya::ForwardResult res;
-  zaya::ForwardOptions opt;
-  opt.all_logits = false;
-  // times[b][mode]: seconds per decode step (median over the repetitions' step means), and prefill seconds.
-  std::vector<std::vector<std::vector<double>>> step_s(batches.size()), prefill_s(batches.size());
-  for (auto& v : step_s) v.resize(modes.size());
-  for (auto& v : prefill_s) v.resize(modes.size());
-  for (int r = 0; r <= repeats; r++) {  // r == 0 is the warm-up
-    for (size_t bi = 0; bi < batches.size(); bi++) {
-      const int64_t B = batches[bi];
-      for (size_t k = 0; k < modes.size(); k++) {
-        const size_t mi = (r % 2 == 1 && modes.size() == 2) ? 1 - k : k;
-        zaya::set_gemm_batch_invariant(modes[mi]);
-        zaya::ZayaCache cache(c, B);
-        std::vector<int32_t> ids(size_t(B * prefill));
-        for (auto& id : ids) id = token();
-        auto t0 = std::chrono::steady_clock::now();
-        zaya::zaya_forward(model, cache, ids.data(), nullptr, B, prefill, opt, res, sc);
-        auto t1 = std::chrono::steady_clock::now();
-        std::vector<int32_t> next(static_cast<size_t>(B));
-        for (int64_t s = 0; s < steps; s++) {
-          for (auto& id : next) id = token();
-          zaya::zaya_forward(model, cache, next.data(), nullptr, B, 1, opt, res, sc);
-        }
-        auto t2 = std::chrono::steady_clock::now();
-        const double pre = std::chrono::duration<double>(t1 - t0).count();
-        const double dec = std::chrono::duration<double>(t2 - t1).count() / double(steps);
-        if (r > 0) {
-          step_s[bi][mi].push_back(dec);
-          prefill_s[bi][mi].push_back(pre);
-        }
-        std::fprintf(
-            stderr, "bench decode: %s %d/%d  B=%lld  invariant=%d  prefill %.3f s  step %.4f s  %.1f tok/s\n",
-            r ? "run" : "warm-up", r, repeats, (long long)B, int(modes[mi]), pre, dec, double(B) / dec);
-      }
-    }
-  }
-  zaya::set_gemm_batch_invariant(saved);
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
-  nlohmann::json j;
-  j["bench"] = "decode";
-  j["dtype"] = dtype;
-  j["config"] = config;
-  j["prefill"] = prefill;
-  j["steps"] = steps;
-  j["repeats"] = repeats;
-  nlohmann::json rows = nlohmann::json::array();
-  for (size_t bi = 0; bi < batches.size(); bi++) {
-    const int64_t B = batches[bi];
-    nlohmann::json row;
-    row["batch"] = B;
-    for (size_t mi = 0; mi < modes.size(); mi++) {
-      const std::string key = modes[mi] ? "invariant" : "default";
-      row[key + "_decode_tokens_per_s"] = double(B) / median(step_s[bi][mi]);
-      row[key + "_prefill_tokens_per_s"] = double(B * prefill) / median(prefill_s[bi][mi]);
-    }
-    if (compare) {
-      // Per repetition ratio (paired runs), then the median: less sensitive to slow phases of the machine.
-      std::vector<double> ratio, pre_ratio;
-      for (size_t i = 0; i < step_s[bi][0].size(); i++) {
-        ratio.push_back(step_s[bi][0][i] / step_s[bi][1][i]);
-        pre_ratio.push_back(prefill_s[bi][0][i] / prefill_s[bi][1][i]);
-      }
-      row["decode_invariant_over_default"] = median(ratio);
-      row["prefill_invariant_over_default"] = median(pre_ratio);
-    }
-    rows.push_back(row);
-  }
-  j["rows"] = rows;
   std::printf("%s\n", j.dump().c_str());
   return 0;
 }
@@ -429,29 +335,17 @@ int cmd_bench(int argc, char** argv) {
   fwd->add_option("--dtype", dtype, "GEMM dtype")->check(CLI::IsMember({"fp32", "bf16"}));
   fwd->add_option("--repeats", repeats, "timed runs after one warm-up (median reported)");
   fwd->add_option("--seed", seed, "weights/tokens seed");
-  zaya::app::SemanticsOption f_sem, t_sem, d_sem;
+  zaya::app::SemanticsOption f_sem, t_sem;
   zaya::app::add_semantics_option(*fwd, f_sem);
   bool invariant = false;
   fwd->add_flag("--batch-invariant", invariant,
                 "gemm()'s batch-invariant mode (row results independent of the batch; kernels/gemm.h)");
   auto* dec = app.add_subcommand(
-      "decode", "decode steps of B sequences, one token each per forward (batched decode), random weights");
-  std::string d_config, d_dtype = "fp32", d_batches = "1,4,8,16";
-  int64_t d_prefill = 16, d_steps = 8;
-  int d_repeats = 5;
-  bool d_compare = false, d_invariant = false;
-  dec->add_option("--config", d_config, "model config.json (random initialisation)")->required();
-  dec->add_option("--dtype", d_dtype, "GEMM dtype")->check(CLI::IsMember({"fp32", "bf16"}));
-  dec->add_option("--batches", d_batches, "comma-separated batch sizes (sequences decoding together)");
-  dec->add_option("--prefill", d_prefill, "prompt tokens per sequence before decoding (untimed for decode)");
-  dec->add_option("--steps", d_steps, "timed decode steps per run");
-  dec->add_option("--repeats", d_repeats, "timed runs after one warm-up (median reported)");
-  dec->add_option("--seed", seed, "weights/tokens seed");
-  dec->add_flag("--batch-invariant", d_invariant, "gemm()'s batch-invariant mode on (kernels/gemm.h)");
-  dec->add_flag(
-      "--compare-invariant", d_compare,
-      "run every repetition with the batch-invariant mode off and on, interleaved; report the ratio");
-  zaya::app::add_semantics_option(*dec, d_sem);
+      "decode",
+      "decode steps of B sequences against the machine's memory bandwidth (weights read per step, GB/s, "
+      "fraction of the measured read bandwidth), any weight format");
+  zaya::app::BenchDecodeOptions d_opt;
+  zaya::app::add_bench_decode_options(*dec, d_opt);
   auto* trn =
       app.add_subcommand("train", "full training steps (forward, backward, optimizer) on random tokens");
   std::string t_model, t_config, t_dtype = "fp32";
@@ -497,24 +391,8 @@ int cmd_bench(int argc, char** argv) {
   zaya::app::add_bench_serve_options(*srv, s_opt);
   ZAYA_PARSE(app, argc, argv);
   if (srv->parsed()) return zaya::app::bench_serve(s_opt);
-  if (invariant || d_invariant) zaya::set_gemm_batch_invariant(true);
-  if (dec->parsed()) {
-    std::vector<int64_t> batches;
-    size_t pos = 0;
-    while (pos <= d_batches.size()) {
-      const size_t comma = std::min(d_batches.find(',', pos), d_batches.size());
-      const std::string part = d_batches.substr(pos, comma - pos);
-      ZAYA_CHECK(!part.empty() && part.find_first_not_of("0123456789") == std::string::npos,
-                 "--batches must be comma-separated positive integers, got '", d_batches, "'");
-      batches.push_back(std::stoll(part));
-      ZAYA_CHECK(batches.back() > 0, "--batches must be positive, got '", d_batches, "'");
-      pos = comma + 1;
-    }
-    ZAYA_CHECK(d_prefill > 0 && d_steps > 0 && d_repeats > 0,
-               "--prefill, --steps and --repeats must be positive");
-    return bench_decode(d_config, d_dtype, batches, d_prefill, d_steps, d_repeats, seed, d_compare,
-                        d_sem.get());
-  }
+  if (invariant) zaya::set_gemm_batch_invariant(true);
+  if (dec->parsed()) return zaya::app::bench_decode(d_opt);
   if (ckp->parsed()) return bench_checkpoint(c_config, c_layers, c_dir, c_saves, c_io, c_optim, c_keep);
   if (trn->parsed()) {
     ZAYA_CHECK(!t_model.empty() || !t_config.empty(), "zaya bench train needs --model DIR or --config FILE");

@@ -185,6 +185,55 @@ void stream_tile(float* out, int64_t ldc, const float* a, int64_t M, const QMat&
   if (M - m >= 1) stream_rows<F, 1>(out + m * ldc, ldc, a + m * w.K, w, n0, n1);
 }
 
+// Rows [n0, n0 + rows) of W dequantized into out[rows, K] (fp32 or bf16: exactly one of them non-null):
+// each block as the streaming kernel sees it, times its scale (MXFP4's even/odd halves interleaved back).
+template <DType F>
+void dequant_rows(float* out32, uint16_t* out16, const QMat& w, int64_t n0, int64_t rows) {
+  const int64_t K = w.K, nb = K / 32;
+  const __m512i lo_idx = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  const __m512i hi_idx = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+  for (int64_t r = 0; r < rows; r++) {
+    const int64_t n = n0 + r;
+    const uint8_t* row = w.q + size_t(n) * w.row_bytes;
+    const char* srow = static_cast<const char*>(w.scales) +
+                       size_t(n * w.scales_per_row) * (F == DType::Q8_0 ? 2 : F == DType::MXFP4 ? 1 : 4);
+    float row_scale = 1.0f;
+    if constexpr (F == DType::F8_E4M3) row_scale = static_cast<const float*>(w.scales)[n * w.scales_per_row] * 256.0f;
+    for (int64_t g = 0; g < nb; g += 16) {
+      const int64_t gn = std::min<int64_t>(16, nb - g);
+      alignas(64) float sc[16];
+      load_scales<F>(sc, srow, g, gn);
+      for (int64_t i = 0; i < gn; i++) {
+        const int64_t b = g + i;
+        __m512 lo, hi;
+        load_block<F>(row, b, &lo, &hi);
+        const __m512 d = _mm512_set1_ps(sc[i] * row_scale);
+        lo = _mm512_mul_ps(lo, d);
+        hi = _mm512_mul_ps(hi, d);
+        if constexpr (F == DType::MXFP4) {
+          const __m512 a = _mm512_permutex2var_ps(lo, lo_idx, hi), c = _mm512_permutex2var_ps(lo, hi_idx, hi);
+          lo = a, hi = c;
+        }
+        const int64_t at = r * K + b * 32;
+        if (out32) {
+          _mm512_storeu_ps(out32 + at, lo);
+          _mm512_storeu_ps(out32 + at + 16, hi);
+        } else {
+#if defined(__AVX512BF16__)
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(out16 + at), (__m256i)_mm512_cvtneps_pbh(lo));
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(out16 + at + 16), (__m256i)_mm512_cvtneps_pbh(hi));
+#else
+          alignas(64) float t[32];
+          _mm512_store_ps(t, lo);
+          _mm512_store_ps(t + 16, hi);
+          for (int j = 0; j < 32; j++) out16[at + j] = f32_to_bf16(t[j]);
+#endif
+        }
+      }
+    }
+  }
+}
+
 #endif  // __AVX512F__
 
 // Rows [n0, n1) of out[M, N] (stride ldc) from a[M, K] (fp32; MXFP4: deinterleaved when AVX-512).
@@ -268,9 +317,43 @@ void run_tiles(const std::vector<Tile>& tiles, Fn&& fn) {
   if (error) std::rethrow_exception(error);
 }
 
+// Rows [n0, n0 + rows) of W's expert `expert` into out32 or out16 ([rows, K]), rows spread over the threads.
+void dequant_tile(float* out32, uint16_t* out16, const Tensor& W, int64_t expert, int64_t n0, int64_t rows) {
+  const QMat w = qmat(W, expert);
+  const int threads = threads_here();
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && rows >= 64)
+  for (int64_t r0 = 0; r0 < rows; r0 += 16) {
+    const int64_t nr = std::min<int64_t>(16, rows - r0);
+    float* o32 = out32 ? out32 + r0 * w.K : nullptr;
+    uint16_t* o16 = out16 ? out16 + r0 * w.K : nullptr;
+#if defined(__AVX512F__)
+    if (w.K % 32 == 0) {
+      switch (w.fmt) {
+        case DType::Q8_0:
+          dequant_rows<DType::Q8_0>(o32, o16, w, n0 + r0, nr);
+          continue;
+        case DType::MXFP4:
+          dequant_rows<DType::MXFP4>(o32, o16, w, n0 + r0, nr);
+          continue;
+        case DType::F8_E4M3:
+          dequant_rows<DType::F8_E4M3>(o32, o16, w, n0 + r0, nr);
+          continue;
+        default:
+          break;
+      }
+    }
+#endif
+    const int64_t row0 = expert * w.N + n0 + r0;
+    if (o16) {
+      dequantize_rows_bf16(o16, W, row0, nr);
+    } else {
+      for (int64_t r = 0; r < nr; r++) dequantize_row(o32 + r * w.K, W, row0 + r);
+    }
+  }
+}
+
 // out[M, N] = in · W[e]ᵀ through a GEMM over tiles of W dequantized into `tile` (F32 or BF16).
-void dequant_gemm(float* out, int64_t ldc, const float* in, int64_t M, const Tensor& W, int64_t expert,
-                  DType tile) {
+void dequant_gemm(float* out, int64_t ldc, const float* in, int64_t M, const Tensor& W, int64_t expert, DType tile) {
   ZAYA_CHECK(tile == DType::F32 || tile == DType::BF16, "quantized weights dequantize to F32 or BF16, not ",
              dtype_name(tile));
   const int64_t N = W.dim(-2), K = W.dim(-1);
@@ -282,11 +365,11 @@ void dequant_gemm(float* out, int64_t ldc, const float* in, int64_t M, const Ten
     MatRef b{nullptr, tile, K, /*trans=*/true};
     if (tile == DType::BF16) {
       tile_bf16.resize(size_t(chunk * K));
-      dequantize_rows_bf16(tile_bf16.data(), W, expert * N + n0, rows);
+      dequant_tile(nullptr, tile_bf16.data(), W, expert, n0, rows);
       b.data = tile_bf16.data();
     } else {
       tile_f32.resize(size_t(chunk * K));
-      for (int64_t r = 0; r < rows; r++) dequantize_row(tile_f32.data() + r * K, W, expert * N + n0 + r);
+      dequant_tile(tile_f32.data(), nullptr, W, expert, n0, rows);
       b.data = tile_f32.data();
     }
     gemm(M, rows, K, 1.0f, mat(in, K), b, 0.0f, out + n0, ldc);

@@ -1,0 +1,71 @@
+#include "core/mem_bandwidth.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+#include "core/tensor.h"
+#include "core/threads.h"
+
+namespace zaya {
+
+namespace {
+
+// Sum of n floats, read once front to back (the value only keeps the loads alive).
+float read_all(const float* p, size_t n) {
+#if defined(__AVX512F__)
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  size_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    a0 = _mm512_add_ps(a0, _mm512_load_ps(p + i));
+    a1 = _mm512_add_ps(a1, _mm512_load_ps(p + i + 16));
+    a2 = _mm512_add_ps(a2, _mm512_load_ps(p + i + 32));
+    a3 = _mm512_add_ps(a3, _mm512_load_ps(p + i + 48));
+  }
+  float s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+  for (; i < n; i++) s += p[i];
+  return s;
+#else
+  float s = 0;
+  for (size_t i = 0; i < n; i++) s += p[i];
+  return s;
+#endif
+}
+
+}  // namespace
+
+double measure_read_bandwidth_gbs(size_t bytes, int repeats) {
+  const size_t n = bytes / sizeof(float) / 1024 * 1024;  // whole 4 KB chunks: every thread's part aligned
+  std::shared_ptr<void> buf = aligned_alloc_shared(n * sizeof(float));  // zero-filled: every page touched
+  const float* p = static_cast<const float*>(buf.get());
+  const int threads = num_threads();
+  double best = 0;
+  volatile float sink = 0;
+  for (int r = 0; r <= repeats; r++) {
+    float total = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+#pragma omp parallel num_threads(threads) reduction(+ : total)
+    {
+      // Static contiguous parts: each thread streams its own range, as the decode kernels' tiles do.
+#pragma omp for schedule(static)
+      for (int t = 0; t < threads; t++) {
+        const size_t chunk = n / size_t(threads) / 16 * 16;
+        const size_t begin = size_t(t) * chunk, end = t == threads - 1 ? n : begin + chunk;
+        total += read_all(p + begin, end - begin);
+      }
+    }
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    sink = sink + total;
+    if (r > 0) best = std::max(best, double(n * sizeof(float)) / s / 1e9);
+  }
+  (void)sink;
+  return best;
+}
+
+}  // namespace zaya
