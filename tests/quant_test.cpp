@@ -23,8 +23,16 @@ namespace zaya {
 namespace {
 
 constexpr DType kFormats[] = {DType::Q8_0, DType::MXFP4, DType::F8_E4M3};
+// The streaming kernel also serves BF16 weights (decode with few rows).
+constexpr DType kStreamed[] = {DType::Q8_0, DType::MXFP4, DType::F8_E4M3, DType::BF16};
 
-Tensor random_f32(const Shape& shape, uint32_t seed, float scale = 1.0f) {
+Tensor random_f32(const Shape& shape, uint32_t seed, float scale = 1.0f);
+Tensor weight_in(DType f, const Shape& shape, uint32_t seed) {
+  Tensor w = random_f32(shape, seed, 0.05f);
+  return f == DType::BF16 ? w.to(DType::BF16) : quantize(w, f);
+}
+
+Tensor random_f32(const Shape& shape, uint32_t seed, float scale) {
   Tensor t = Tensor::empty(DType::F32, shape);
   std::mt19937 rng(seed);
   std::normal_distribution<float> dist(0.0f, scale);
@@ -169,10 +177,10 @@ TEST(QuantFormat, MalformedScalesAreErrors) {
 
 // The streaming kernel at every row count a decode step or a prefill chunk gives, for each format.
 TEST(QuantGemm, StreamEqualsDequantizedProduct) {
-  for (DType f : kFormats) {
+  for (DType f : kStreamed) {
     for (int64_t K : {32, 96, 544, 2048}) {
       const int64_t N = 37;
-      Tensor W = quantize(random_f32({N, K}, 11 + uint32_t(K), 0.05f), f);
+      Tensor W = weight_in(f, {N, K}, 11 + uint32_t(K));
       for (int64_t M : {1, 2, 3, 5, 8, 13, 16, 17, 40}) {
         Tensor a = random_f32({M, K}, 7 + uint32_t(M));
         std::vector<double> want, bound;
@@ -209,9 +217,9 @@ TEST(QuantGemm, DequantGemmEqualsBf16Product) {
 
 // Row m of the result depends on row m of the input only: bitwise equal whatever M and the thread count.
 TEST(QuantGemm, StreamIsBatchInvariant) {
-  for (DType f : kFormats) {
+  for (DType f : kStreamed) {
     const int64_t N = 300, K = 512, M = 19;
-    Tensor W = quantize(random_f32({N, K}, 9, 0.05f), f);
+    Tensor W = weight_in(f, {N, K}, 9);
     Tensor a = random_f32({M, K}, 10);
     std::vector<float> all(size_t(M * N));
     quant_linear_forward_with(QuantPath::Stream, all.data(), N, a.f32(), M, W);
@@ -227,9 +235,9 @@ TEST(QuantGemm, StreamIsBatchInvariant) {
 // Experts: every routed row equals the single-matrix product with its expert's weights, bitwise, both
 // with a few rows an expert (streamed) and with many (dequantized GEMM for the large ones).
 TEST(QuantGemm, GroupedEqualsPerExpert) {
-  for (DType f : kFormats) {
+  for (DType f : kStreamed) {
     const int64_t E = 5, N = 48, K = 128;
-    Tensor W = quantize(random_f32({E, N, K}, 21, 0.05f), f);
+    Tensor W = weight_in(f, {E, N, K}, 21);
     for (std::vector<int64_t> counts :
          {std::vector<int64_t>{1, 0, 2, 1, 0}, std::vector<int64_t>{3, 40, 0, 17, 1}}) {
       std::vector<int64_t> offsets{0};
@@ -241,9 +249,11 @@ TEST(QuantGemm, GroupedEqualsPerExpert) {
       for (int64_t e = 0; e < E; e++) {
         const int64_t rows = counts[size_t(e)];
         if (rows == 0) continue;
-        Tensor We = quant_rows(W, e * N, N);
+        Tensor We = f == DType::BF16 ? Tensor::view(DType::BF16, {N, K}, W.bf16() + e * N * K, W.owner)
+                                     : quant_rows(W, e * N, N);
         std::vector<float> want(size_t(rows * N));
-        quant_linear_forward(want.data(), N, a.f32() + offsets[e] * K, rows, We);
+        quant_linear_forward_with(rows <= kQuantStreamMaxRows ? QuantPath::Stream : QuantPath::DequantGemm,
+                                  want.data(), N, a.f32() + offsets[e] * K, rows, We);
         EXPECT_EQ(0, std::memcmp(want.data(), got.data() + offsets[e] * N, want.size() * 4))
             << quant_scheme_name(f) << " expert " << e << " rows " << rows;
       }

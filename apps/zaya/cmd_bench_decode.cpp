@@ -37,7 +37,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 double tensor_bytes(const Tensor& t) {
   if (!t.defined()) return 0;
@@ -74,7 +76,8 @@ StepBytes step_bytes(ZayaModel& m) {
     b.fixed += tensor_bytes(*p.slot);
   }
   for (const ZayaLayerWeights& l : m.w.layers)
-    b.expert.push_back((tensor_bytes(l.experts_gate_up) + tensor_bytes(l.experts_down)) / double(c.num_experts));
+    b.expert.push_back((tensor_bytes(l.experts_gate_up) + tensor_bytes(l.experts_down)) /
+                       double(c.num_experts));
   b.embed_row = tensor_bytes(m.w.embed) / double(c.vocab_size);
   return b;
 }
@@ -101,8 +104,9 @@ std::vector<int64_t> parse_batches(const std::string& s) {
   while (pos <= s.size()) {
     const size_t comma = std::min(s.find(',', pos), s.size());
     const std::string part = s.substr(pos, comma - pos);
-    ZAYA_CHECK(!part.empty() && part.find_first_not_of("0123456789") == std::string::npos && std::stoll(part) > 0,
-               "--batch must be positive integers separated by commas, got '", s, "'");
+    ZAYA_CHECK(
+        !part.empty() && part.find_first_not_of("0123456789") == std::string::npos && std::stoll(part) > 0,
+        "--batch must be positive integers separated by commas, got '", s, "'");
     out.push_back(std::stoll(part));
     pos = comma + 1;
   }
@@ -120,20 +124,25 @@ void add_bench_decode_options(CLI::App& sub, BenchDecodeOptions& o) {
       ->check(CLI::IsMember({"fp32", "bf16", "q8_0", "mxfp4", "fp8"}));
   sub.add_option("--what", o.what, "with a quantized --weights: experts (default) | all")
       ->check(CLI::IsMember({"experts", "all"}));
-  sub.add_option("--batch,--batches", o.batches, "sequences decoding together; a comma list gives one line each");
-  sub.add_option("--context,--prefill", o.context, "prompt tokens per sequence before decoding (timed as prefill)");
+  sub.add_option("--batch,--batches", o.batches,
+                 "sequences decoding together; a comma list gives one line each");
+  sub.add_option("--context,--prefill", o.context,
+                 "prompt tokens per sequence before decoding (timed as prefill)");
   sub.add_option("--tokens,--steps", o.tokens, "timed decode steps per run");
   sub.add_option("--repeats", o.repeats, "timed runs after one warm-up (median reported)");
   sub.add_option("--seed", o.seed, "weights/tokens seed");
   sub.add_flag("--batch-invariant", o.batch_invariant, "gemm()'s batch-invariant mode on (kernels/gemm.h)");
-  sub.add_flag("--compare-invariant", o.compare_invariant,
-               "run every repetition with the batch-invariant mode off and on, interleaved; report the ratio");
+  sub.add_flag(
+      "--compare-invariant", o.compare_invariant,
+      "run every repetition with the batch-invariant mode off and on, interleaved; report the ratio");
   add_semantics_option(sub, o.semantics);
 }
 
 int bench_decode(const BenchDecodeOptions& o) {
-  ZAYA_CHECK(!o.model_dir.empty() || !o.config.empty(), "zaya bench decode needs --model DIR or --config FILE");
-  ZAYA_CHECK(o.context > 0 && o.tokens > 0 && o.repeats > 0, "--context, --tokens and --repeats must be positive");
+  ZAYA_CHECK(!o.model_dir.empty() || !o.config.empty(),
+             "zaya bench decode needs --model DIR or --config FILE");
+  ZAYA_CHECK(o.context > 0 && o.tokens > 0 && o.repeats > 0,
+             "--context, --tokens and --repeats must be positive");
   const std::vector<int64_t> batches = parse_batches(o.batches);
   std::string weights = o.weights.empty() ? (o.model_dir.empty() ? "fp32" : "") : o.weights;
   const DType compute = weights == "fp32" ? DType::F32 : DType::BF16;
@@ -161,7 +170,8 @@ int bench_decode(const BenchDecodeOptions& o) {
   const ZayaConfig& c = model.cfg;
   const StepBytes sb = step_bytes(model);
   const DType expert_dtype = model.w.layers[0].experts_gate_up.dtype;
-  if (weights.empty()) weights = is_quantized(expert_dtype) ? quant_scheme_name(expert_dtype) : dtype_name(expert_dtype);
+  if (weights.empty())
+    weights = is_quantized(expert_dtype) ? quant_scheme_name(expert_dtype) : dtype_name(expert_dtype);
   std::fprintf(stderr, "bench decode: %s, experts %s, load %.2f s, read bandwidth %.1f GB/s\n",
                o.model_dir.empty() ? o.config.c_str() : o.model_dir.c_str(), dtype_name(expert_dtype), load_s,
                read_gbs);
@@ -222,9 +232,11 @@ int bench_decode(const BenchDecodeOptions& o) {
           step_s[mi].push_back(dec);
           prefill_s[mi].push_back(pre);
         }
-        std::fprintf(stderr, "bench decode: %s %d/%d  B=%lld  invariant=%d  prefill %.3f s  step %.2f ms  %.1f tok/s\n",
-                     r ? "run" : "warm-up", r, o.repeats, (long long)B, int(modes[mi]), pre, dec * 1e3,
-                     double(B) / dec);
+        std::fprintf(
+            stderr,
+            "bench decode: %s %d/%d  B=%lld  invariant=%d  prefill %.3f s  step %.2f ms  %.1f tok/s\n",
+            r ? "run" : "warm-up", r, o.repeats, (long long)B, int(modes[mi]), pre, dec * 1e3,
+            double(B) / dec);
       }
     }
     const double step = median(step_s[0]);

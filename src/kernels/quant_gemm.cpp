@@ -41,10 +41,14 @@ QMat qmat(const Tensor& W, int64_t expert) {
   m.N = W.dim(-2);
   m.K = W.dim(-1);
   m.row_bytes = dtype_row_bytes(W.dtype, m.K);
-  m.scales_per_row = W.scales->shape.back();
-  const size_t sbytes = dtype_size(W.scales->dtype);
   m.q = static_cast<const uint8_t*>(W.data) + size_t(expert * m.N) * m.row_bytes;
-  m.scales = static_cast<const char*>(W.scales->data) + size_t(expert * m.N * m.scales_per_row) * sbytes;
+  m.scales = nullptr;
+  m.scales_per_row = 0;
+  if (W.scales) {  // BF16 weights have none
+    m.scales_per_row = W.scales->shape.back();
+    const size_t sbytes = dtype_size(W.scales->dtype);
+    m.scales = static_cast<const char*>(W.scales->data) + size_t(expert * m.N * m.scales_per_row) * sbytes;
+  }
   return m;
 }
 
@@ -81,6 +85,10 @@ inline void load_block(const uint8_t* row, int64_t b, __m512* lo, __m512* hi) {
         _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + b * 16)));
     *lo = _mm512_permutexvar_ps(bytes, table);  // the permute reads index bits [3:0]: the low nibble
     *hi = _mm512_permutexvar_ps(_mm512_srli_epi32(bytes, 4), table);
+  } else if constexpr (F == DType::BF16) {
+    const auto* p = reinterpret_cast<const __m256i*>(row + b * 64);
+    *lo = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(p)), 16));
+    *hi = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(p + 1)), 16));
   } else {
     // e4m3 -> fp16 with the value scaled by 2^-8: S.EEEE.MMM in the high byte, shifted right by one with
     // the sign copied, bit 14 cleared: S.0EEEE.MMM0000000 (subnormals map to fp16 subnormals). The row's
@@ -124,47 +132,63 @@ inline void load_scales(float* sc, const void* scales, int64_t b0, int64_t n) {
 // out[m, n] for n in [n0, n1), m in [0, MR): rows of `a` (stride K, fp32; MXFP4: deinterleaved per block).
 template <DType F, int MR>
 void stream_rows(float* out, int64_t ldc, const float* a, const QMat& w, int64_t n0, int64_t n1) {
+  // Q8_0 and MXFP4 scale every block; FP8 scales the row (applied at the end), BF16 has no scale.
+  constexpr bool kBlockScales = F == DType::Q8_0 || F == DType::MXFP4;
   const int64_t K = w.K, nb = K / 32;
   for (int64_t n = n0; n < n1; n++) {
     const uint8_t* row = w.q + size_t(n) * w.row_bytes;
-    const char* srow =
-        static_cast<const char*>(w.scales) + size_t(n * w.scales_per_row) * (F == DType::Q8_0    ? 2
-                                                                             : F == DType::MXFP4 ? 1
-                                                                                                 : 4);
+    const char* srow = nullptr;
+    if constexpr (kBlockScales)
+      srow = static_cast<const char*>(w.scales) + size_t(n * w.scales_per_row) * (F == DType::Q8_0 ? 2 : 1);
     __m512 acc0[MR], acc1[MR];
     for (int m = 0; m < MR; m++) acc0[m] = acc1[m] = _mm512_setzero_ps();
     for (int64_t g = 0; g < nb; g += 16) {
       const int64_t gn = std::min<int64_t>(16, nb - g);
       alignas(64) float sc[16];
-      load_scales<F>(sc, srow, g, gn);
+      if constexpr (kBlockScales) load_scales<F>(sc, srow, g, gn);
       int64_t i = 0;
       for (; i + 2 <= gn; i += 2) {
         const int64_t b = g + i;
         __m512 lo0, hi0, lo1, hi1;
         load_block<F>(row, b, &lo0, &hi0);
         load_block<F>(row, b + 1, &lo1, &hi1);
-        const __m512 d0 = _mm512_set1_ps(sc[i]), d1 = _mm512_set1_ps(sc[i + 1]);
+        if constexpr (kBlockScales) {
+          const __m512 d0 = _mm512_set1_ps(sc[i]), d1 = _mm512_set1_ps(sc[i + 1]);
 #pragma GCC unroll 8
-        for (int m = 0; m < MR; m++) {
-          const float* am = a + m * K + b * 32;
-          __m512 t0 = _mm512_mul_ps(lo0, _mm512_loadu_ps(am));
-          t0 = _mm512_fmadd_ps(hi0, _mm512_loadu_ps(am + 16), t0);
-          __m512 t1 = _mm512_mul_ps(lo1, _mm512_loadu_ps(am + 32));
-          t1 = _mm512_fmadd_ps(hi1, _mm512_loadu_ps(am + 48), t1);
-          acc0[m] = _mm512_fmadd_ps(t0, d0, acc0[m]);
-          acc1[m] = _mm512_fmadd_ps(t1, d1, acc1[m]);
+          for (int m = 0; m < MR; m++) {
+            const float* am = a + m * K + b * 32;
+            __m512 t0 = _mm512_mul_ps(lo0, _mm512_loadu_ps(am));
+            t0 = _mm512_fmadd_ps(hi0, _mm512_loadu_ps(am + 16), t0);
+            __m512 t1 = _mm512_mul_ps(lo1, _mm512_loadu_ps(am + 32));
+            t1 = _mm512_fmadd_ps(hi1, _mm512_loadu_ps(am + 48), t1);
+            acc0[m] = _mm512_fmadd_ps(t0, d0, acc0[m]);
+            acc1[m] = _mm512_fmadd_ps(t1, d1, acc1[m]);
+          }
+        } else {
+#pragma GCC unroll 8
+          for (int m = 0; m < MR; m++) {
+            const float* am = a + m * K + b * 32;
+            acc0[m] = _mm512_fmadd_ps(lo0, _mm512_loadu_ps(am), acc0[m]);
+            acc1[m] = _mm512_fmadd_ps(lo1, _mm512_loadu_ps(am + 32), acc1[m]);
+            acc0[m] = _mm512_fmadd_ps(hi0, _mm512_loadu_ps(am + 16), acc0[m]);
+            acc1[m] = _mm512_fmadd_ps(hi1, _mm512_loadu_ps(am + 48), acc1[m]);
+          }
         }
       }
       if (i < gn) {  // an odd block count: the last block of the row goes to acc0
         const int64_t b = g + i;
         __m512 lo0, hi0;
         load_block<F>(row, b, &lo0, &hi0);
-        const __m512 d0 = _mm512_set1_ps(sc[i]);
         for (int m = 0; m < MR; m++) {
           const float* am = a + m * K + b * 32;
-          __m512 t0 = _mm512_mul_ps(lo0, _mm512_loadu_ps(am));
-          t0 = _mm512_fmadd_ps(hi0, _mm512_loadu_ps(am + 16), t0);
-          acc0[m] = _mm512_fmadd_ps(t0, d0, acc0[m]);
+          if constexpr (kBlockScales) {
+            __m512 t0 = _mm512_mul_ps(lo0, _mm512_loadu_ps(am));
+            t0 = _mm512_fmadd_ps(hi0, _mm512_loadu_ps(am + 16), t0);
+            acc0[m] = _mm512_fmadd_ps(t0, _mm512_set1_ps(sc[i]), acc0[m]);
+          } else {
+            acc0[m] = _mm512_fmadd_ps(lo0, _mm512_loadu_ps(am), acc0[m]);
+            acc0[m] = _mm512_fmadd_ps(hi0, _mm512_loadu_ps(am + 16), acc0[m]);
+          }
         }
       }
     }
@@ -195,10 +219,13 @@ void dequant_rows(float* out32, uint16_t* out16, const QMat& w, int64_t n0, int6
   for (int64_t r = 0; r < rows; r++) {
     const int64_t n = n0 + r;
     const uint8_t* row = w.q + size_t(n) * w.row_bytes;
-    const char* srow = static_cast<const char*>(w.scales) +
-                       size_t(n * w.scales_per_row) * (F == DType::Q8_0 ? 2 : F == DType::MXFP4 ? 1 : 4);
+    const char* srow =
+        static_cast<const char*>(w.scales) + size_t(n * w.scales_per_row) * (F == DType::Q8_0    ? 2
+                                                                             : F == DType::MXFP4 ? 1
+                                                                                                 : 4);
     float row_scale = 1.0f;
-    if constexpr (F == DType::F8_E4M3) row_scale = static_cast<const float*>(w.scales)[n * w.scales_per_row] * 256.0f;
+    if constexpr (F == DType::F8_E4M3)
+      row_scale = static_cast<const float*>(w.scales)[n * w.scales_per_row] * 256.0f;
     for (int64_t g = 0; g < nb; g += 16) {
       const int64_t gn = std::min<int64_t>(16, nb - g);
       alignas(64) float sc[16];
@@ -248,6 +275,8 @@ void stream_tile_any(float* out, int64_t ldc, const float* a, int64_t M, const Q
         return stream_tile<DType::MXFP4>(out, ldc, a, M, w, n0, n1);
       case DType::F8_E4M3:
         return stream_tile<DType::F8_E4M3>(out, ldc, a, M, w, n0, n1);
+      case DType::BF16:
+        return stream_tile<DType::BF16>(out, ldc, a, M, w, n0, n1);
       default:
         break;
     }
@@ -255,9 +284,11 @@ void stream_tile_any(float* out, int64_t ldc, const float* a, int64_t M, const Q
 #endif
   // Portable path (and FP8 rows whose K is not a multiple of 32): dequantize a row, fp32 dot products.
   Tensor view = Tensor::view(w.fmt, {w.N, w.K}, const_cast<uint8_t*>(w.q), nullptr);
-  Tensor sc = Tensor::view(quant_scales_dtype(w.fmt), quant_scales_shape(w.fmt, view.shape),
-                           const_cast<void*>(w.scales), nullptr);
-  view.scales = std::make_shared<const Tensor>(sc);
+  if (w.scales) {
+    Tensor sc = Tensor::view(quant_scales_dtype(w.fmt), quant_scales_shape(w.fmt, view.shape),
+                             const_cast<void*>(w.scales), nullptr);
+    view.scales = std::make_shared<const Tensor>(sc);
+  }
   std::vector<float> wrow(size_t(w.K));
   for (int64_t n = n0; n < n1; n++) {
     dequantize_row(wrow.data(), view, n);
@@ -353,7 +384,8 @@ void dequant_tile(float* out32, uint16_t* out16, const Tensor& W, int64_t expert
 }
 
 // out[M, N] = in · W[e]ᵀ through a GEMM over tiles of W dequantized into `tile` (F32 or BF16).
-void dequant_gemm(float* out, int64_t ldc, const float* in, int64_t M, const Tensor& W, int64_t expert, DType tile) {
+void dequant_gemm(float* out, int64_t ldc, const float* in, int64_t M, const Tensor& W, int64_t expert,
+                  DType tile) {
   ZAYA_CHECK(tile == DType::F32 || tile == DType::BF16, "quantized weights dequantize to F32 or BF16, not ",
              dtype_name(tile));
   const int64_t N = W.dim(-2), K = W.dim(-1);
@@ -376,12 +408,32 @@ void dequant_gemm(float* out, int64_t ldc, const float* in, int64_t M, const Ten
   }
 }
 
+// Many rows: a bf16 weight goes to gemm() as it is, a quantized one through dequantized tiles.
+void many_rows(float* out, int64_t ldc, const float* in, int64_t M, const Tensor& W, int64_t expert,
+               DType tile) {
+  if (W.dtype == DType::BF16) {
+    const int64_t N = W.dim(-2), K = W.dim(-1);
+    MatRef b{static_cast<const uint16_t*>(W.data) + expert * N * K, DType::BF16, K, /*trans=*/true};
+    gemm(M, N, K, 1.0f, mat(in, K), b, 0.0f, out, ldc);
+    return;
+  }
+  dequant_gemm(out, ldc, in, M, W, expert, tile);
+}
+
 void check_weight(const Tensor& W, int rank, const char* what) {
+  if (W.dtype == DType::BF16) {
+    ZAYA_CHECK(W.ndim() == rank, what, ": expected a ", rank, "-D weight, got ", shape_str(W.shape));
+    return;
+  }
   check_quantized(W, what);
   ZAYA_CHECK(W.ndim() == rank, what, ": expected a ", rank, "-D quantized weight, got ", shape_str(W.shape));
 }
 
 }  // namespace
+
+bool bf16_streams(int64_t M) {
+  return M <= kQuantStreamMaxRows && !gemm_batch_invariant();
+}
 
 void quant_linear_forward_with(QuantPath path, float* out, int64_t ldc, const float* in, int64_t M,
                                const Tensor& W, DType tile) {
@@ -389,7 +441,7 @@ void quant_linear_forward_with(QuantPath path, float* out, int64_t ldc, const fl
   if (M == 0) return;
   if (path == QuantPath::Auto)
     path = M <= kQuantStreamMaxRows || gemm_batch_invariant() ? QuantPath::Stream : QuantPath::DequantGemm;
-  if (path == QuantPath::DequantGemm) return dequant_gemm(out, ldc, in, M, W, 0, tile);
+  if (path == QuantPath::DequantGemm) return many_rows(out, ldc, in, M, W, 0, tile);
   const QMat w = qmat(W, 0);
   thread_local std::vector<float> abuf;
   const float* a = stream_input(in, M, w.K, w.fmt, &abuf);
@@ -421,7 +473,7 @@ void quant_grouped_linear_forward(float* out, const float* in, const Tensor& W, 
     const int64_t rows = offsets[e + 1] - offsets[e];
     if (rows == 0) continue;
     if (rows > kQuantStreamMaxRows && !invariant) {
-      dequant_gemm(out + offsets[e] * N, N, in + offsets[e] * K, rows, W, e, tile);
+      many_rows(out + offsets[e] * N, N, in + offsets[e] * K, rows, W, e, tile);
     } else {
       streamed.push_back(e);
     }

@@ -1,4 +1,5 @@
-// Products with quantized weights (Q8_0, MXFP4, F8_E4M3; formats in core/quant.h).
+// Products with quantized weights (Q8_0, MXFP4, F8_E4M3; formats in core/quant.h), and with BF16 weights
+// when few rows make a product a stream of weights (decode).
 //
 // Decode reads every weight a token touches, so its speed is the rate at which weights stream from memory.
 // The streaming kernel reads each weight block once for all the call's rows (up to 8 at a time in
@@ -24,7 +25,11 @@ namespace zaya {
 // Rows up to which the streaming kernel is used outside batch-invariant mode.
 constexpr int64_t kQuantStreamMaxRows = 16;
 
-// out[M, N] (row stride ldc) = in[M, K] · W[N, K]ᵀ; W quantized, 2-D [N, K]. Threads split N.
+// True when a BF16 weight product of M rows should take the streaming kernel: few rows, and gemm()'s
+// batch-invariant mode off (that mode keeps every product on its own row-invariant kernel).
+bool bf16_streams(int64_t M);
+
+// out[M, N] (row stride ldc) = in[M, K] · W[N, K]ᵀ; W quantized (or BF16), 2-D [N, K]. Threads split N.
 void quant_linear_forward(float* out, int64_t ldc, const float* in, int64_t M, const Tensor& W,
                           DType tile = DType::BF16);
 

@@ -56,7 +56,7 @@ void linear_strided(float* out, int64_t ldc, const float* in, const Tensor& W, c
                     DType compute) {
   ZAYA_PROFILE_SCOPE("linear");
   const int64_t N = W.dim(0), K = W.dim(1);
-  if (is_quantized(W.dtype)) {
+  if (is_quantized(W.dtype) || (W.dtype == DType::BF16 && bf16_streams(M))) {
     quant_linear_forward(out, ldc, in, M, W, compute);
   } else {
     gemm(M, N, K, 1.0f, mat(in, K), mat(W, K, /*trans=*/true), 0.0f, out, ldc);
