@@ -230,10 +230,10 @@ TEST(Engine, CancelQueueAndBadRequests) {
   }
 }
 
-// Quantized checkpoints (tests/data/quant, written by the Python reference quantizer) through the same engine:
-// with batch-invariant GEMMs (as `zaya serve` runs), 12 mixed requests batched through 4 slots give every
-// token and log-probability of each served alone, bitwise: the streaming kernels' rows never depend on the
-// batch, and their many-row path is not taken in that mode.
+// Quantized checkpoints (tests/data/quant, written by the Python reference quantizer) through the same
+// engine: with batch-invariant GEMMs (as `zaya serve` runs), 12 mixed requests batched through 4 slots give
+// every token and log-probability of each served alone, bitwise: the streaming kernels' rows never depend on
+// the batch, and their many-row path is not taken in that mode.
 TEST(Engine, QuantizedModelsBatchInvariant) {
   set_gemm_batch_invariant(true);
   for (const char* v : {"q8_0_all", "mxfp4_experts", "fp8_experts"}) {

@@ -1,0 +1,177 @@
+// zaya eval ppl: perplexity with lm-eval's loglikelihood_rolling semantics (src/eval/perplexity.h) on text
+// files or `zaya data prepare` shards, for any weight format the loader reads. One JSON line on stdout.
+//
+// Input: a text FILE (one document), a DIR (every regular file a document, in name order), or a
+// DATASET_PREFIX (PREFIX.idx/.bin: every stored sequence a document, its tokens as stored; word and byte
+// counts from its detokenized text when a tokenizer is found). Text is encoded without special tokens: the
+// BOS token is the prefix every document's first window starts from (lm-eval's prefix token).
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli.h"
+#include "command.h"
+#include "core/cpu_info.h"
+#include "core/error.h"
+#include "core/quant.h"
+#include "data/indexed_dataset.h"
+#include "eval/perplexity.h"
+#include "model/zaya.h"
+#include "semantics_option.h"
+#include "tokenizer/tokenizer.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Doc {
+  std::vector<int32_t> tokens;
+  int64_t words = 0, bytes = 0;
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  ZAYA_CHECK(f.good(), path, ": cannot read");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+int cmd_eval_ppl(const std::string& model_dir, const std::string& input, const std::string& tokenizer_path,
+                 int64_t context, int64_t batch, int64_t limit, const std::string& dtype,
+                 zaya::Semantics sem) {
+  const auto t0 = std::chrono::steady_clock::now();
+  zaya::LoadOptions lo;
+  lo.compute = dtype == "bf16" ? zaya::DType::BF16 : zaya::DType::F32;
+  lo.semantics = sem;
+  const zaya::ZayaModel model = zaya::ZayaModel::load(model_dir, lo);
+  if (context <= 0) context = std::min<int64_t>(model.cfg.max_position_embeddings, 2048);
+  std::unique_ptr<zaya::Tokenizer> tok;
+  const std::string tpath = tokenizer_path.empty() ? model_dir + "/tokenizer.json" : tokenizer_path;
+  if (fs::is_regular_file(tpath)) tok = std::make_unique<zaya::Tokenizer>(zaya::Tokenizer::load(tpath));
+
+  std::vector<Doc> docs;
+  auto add_text = [&](const std::string& text, const std::string& where) {
+    ZAYA_CHECK(tok, where, ": text input needs a tokenizer (--tokenizer, or MODEL/tokenizer.json)");
+    Doc d;
+    d.tokens = tok->encode(text, /*add_special_tokens=*/false);
+    d.words = zaya::eval::count_words(text);
+    d.bytes = int64_t(text.size());
+    docs.push_back(std::move(d));
+  };
+  if (fs::is_regular_file(input)) {
+    add_text(read_file(input), input);
+  } else if (fs::is_directory(input)) {
+    std::vector<std::string> files;
+    for (const auto& e : fs::directory_iterator(input))
+      if (e.is_regular_file()) files.push_back(e.path().string());
+    std::sort(files.begin(), files.end());
+    ZAYA_CHECK(!files.empty(), input, ": no files");
+    for (const auto& f : files) add_text(read_file(f), f);
+  } else {
+    ZAYA_CHECK(fs::is_regular_file(input + ".idx"), input,
+               ": not a text file, a directory or a dataset prefix (no ", input, ".idx)");
+    auto ds = zaya::data::IndexedDataset::open(input);
+    for (size_t s = 0; s < ds->num_sequences(); s++) {
+      std::vector<uint32_t> raw = ds->sequence(s);
+      Doc d;
+      d.tokens.assign(raw.begin(), raw.end());
+      if (tok) {
+        const std::string text = tok->decode(d.tokens, /*skip_special_tokens=*/true);
+        d.words = zaya::eval::count_words(text);
+        d.bytes = int64_t(text.size());
+      }
+      docs.push_back(std::move(d));
+    }
+  }
+  if (limit > 0 && int64_t(docs.size()) > limit) docs.resize(size_t(limit));
+  for (const Doc& d : docs)
+    for (int32_t id : d.tokens)
+      ZAYA_CHECK(id >= 0 && id < model.cfg.vocab_size, input, ": token id ", id,
+                 " is outside the model's vocabulary [0, ", model.cfg.vocab_size,
+                 ") (a tokenizer of another model?)");
+
+  std::vector<zaya::eval::RollingWindow> windows;
+  std::vector<size_t> doc_of;
+  for (size_t i = 0; i < docs.size(); i++) {
+    for (auto& w : zaya::eval::rolling_windows(docs[i].tokens, int32_t(model.cfg.bos_token_id), context)) {
+      windows.push_back(std::move(w));
+      doc_of.push_back(i);
+    }
+  }
+  auto last = std::chrono::steady_clock::now();
+  const std::vector<double> ll =
+      zaya::eval::score_windows(model, windows, batch, [&](size_t done, size_t total) {
+        const auto now = std::chrono::steady_clock::now();
+        if (std::chrono::duration<double>(now - last).count() < 2.0 && done < total) return;
+        last = now;
+        const double el = std::chrono::duration<double>(now - t0).count();
+        std::fprintf(stderr, "eval ppl: %zu/%zu windows, %.0f s, ETA %.0f s\n", done, total, el,
+                     el / double(done) * double(total - done));
+      });
+  zaya::eval::PerplexityTotals tot;
+  for (size_t i = 0; i < windows.size(); i++) tot.loglikelihood += ll[i];
+  for (const Doc& d : docs) {
+    tot.documents++;
+    tot.tokens += int64_t(d.tokens.size());
+    tot.words += d.words;
+    tot.bytes += d.bytes;
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const zaya::DType experts = model.w.layers[0].experts_gate_up.dtype;
+  nlohmann::json j;
+  j["task"] = "ppl";
+  j["model"] = model_dir;
+  j["input"] = input;
+  j["weights"] = zaya::is_quantized(experts) ? zaya::quant_scheme_name(experts) : zaya::dtype_name(experts);
+  j["compute"] = dtype;
+  j["context"] = context;
+  j["documents"] = tot.documents;
+  j["tokens"] = tot.tokens;
+  j["words"] = tot.words;
+  j["bytes"] = tot.bytes;
+  j["loglikelihood"] = tot.loglikelihood;
+  j["token_perplexity"] = tot.token_perplexity();
+  if (tot.words > 0) j["word_perplexity"] = tot.word_perplexity();
+  if (tot.bytes > 0) {
+    j["byte_perplexity"] = tot.byte_perplexity();
+    j["bits_per_byte"] = tot.bits_per_byte();
+  }
+  j["seconds"] = secs;
+  j["tokens_per_s"] = double(tot.tokens) / secs;
+  std::printf("%s\n", j.dump().c_str());
+  return 0;
+}
+
+int cmd_eval(int argc, char** argv) {
+  CLI::App app{"Evaluate a model: perplexity with lm-eval's rolling-window semantics"};
+  app.require_subcommand(1);
+  auto* ppl =
+      app.add_subcommand("ppl", "perplexity (token, word, byte; bits per byte) of text or token shards");
+  std::string model_dir, input, tokenizer, dtype = "fp32";
+  int64_t context = 0, batch = 4, limit = 0;
+  zaya::app::SemanticsOption sem;
+  ppl->add_option("--model", model_dir, "HF checkpoint directory (float or quantized)")->required();
+  ppl->add_option("--input", input, "text FILE, DIR of text files, or DATASET_PREFIX (zaya data prepare)")
+      ->required();
+  ppl->add_option("--tokenizer", tokenizer, "tokenizer.json (default: MODEL/tokenizer.json)");
+  ppl->add_option("--context", context, "window length (default: min(max_position_embeddings, 2048))");
+  ppl->add_option("--batch", batch, "windows per forward")->check(CLI::PositiveNumber);
+  ppl->add_option("--limit", limit, "only the first N documents");
+  ppl->add_option("--dtype", dtype, "GEMM compute dtype of the float matrices")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
+  zaya::app::add_semantics_option(*ppl, sem);
+  ZAYA_PARSE(app, argc, argv);
+  if (ppl->parsed())
+    return cmd_eval_ppl(model_dir, input, tokenizer, context, batch, limit, dtype, sem.get());
+  return 2;
+}
+
+zaya::app::Register reg("eval", "evaluate a model (ppl: lm-eval rolling perplexity)", cmd_eval);
+
+}  // namespace
