@@ -1,6 +1,7 @@
-// Weight-streaming throughput of the decode kernels (kernels/quant_gemm.h) and of the bf16 path, on one
-// ZAYA1-8B-shaped expert matrix (gate_up: [4096, 2048], 16 MB in bf16): GB/s of weights read (elements plus
-// scales) per call, at the row counts of decode (1, 4, 16) and the prefill switch-over (32 rows, where the
+// Weight-streaming throughput of the decode kernels (kernels/quant_gemm.h) and of the bf16 path, on
+// ZAYA1-8B-shaped expert matrices (gate_up: [4096, 2048], 16 MB in bf16), 24 of them used in turn so that the
+// weights come from memory, not from the last-level cache: GB/s of weights read (elements plus scales) per
+// call, at the row counts of decode (1, 4, 16) and the prefill switch-over (32 rows, where the
 // dequantize-to-bf16 GEMM takes over). Compare with `zaya bench decode`'s measured read bandwidth.
 //
 //   ./bench/quant_gemm_bench --benchmark_repetitions=3 --benchmark_enable_random_interleaving=true
@@ -23,24 +24,30 @@ Tensor weights(DType fmt) {
   Tensor f = Tensor::empty(DType::F32, {kN, kK});
   std::mt19937 rng(1);
   std::normal_distribution<float> d(0.0f, 0.02f);
-  for (int64_t i = 0; i < f.numel(); i++) f.f32()[i] = d(rng);
+  for (int64_t i = 0; i < f.numel(); i++)
+    f.f32()[i] = d(rng);  // same values in every copy: bytes differ in place
   if (fmt == DType::F32) return f;
   if (fmt == DType::BF16) return f.to(DType::BF16);
   return quantize(f, fmt);
 }
 
-void BM_Weights(benchmark::State& state, DType fmt) {
+// via_gemm: the BF16 weights through gemm() (oneDNN), as before the streaming kernel took decode.
+void BM_Weights(benchmark::State& state, DType fmt, bool via_gemm = false) {
   const int64_t M = state.range(0);
-  static Tensor w[4];
+  constexpr int kCopies = 24;
+  static std::vector<Tensor> w[4];
   const int slot = fmt == DType::BF16 ? 0 : fmt == DType::Q8_0 ? 1 : fmt == DType::MXFP4 ? 2 : 3;
-  if (!w[slot].defined()) w[slot] = weights(fmt);
-  const Tensor& W = w[slot];
+  if (w[slot].empty())
+    for (int i = 0; i < kCopies; i++) w[slot].push_back(weights(fmt));
+  const Tensor& W = w[slot][0];
   std::vector<float> in(size_t(M * kK), 0.5f), out(size_t(M * kN));
+  int next = 0;
   for (auto _ : state) {
-    if (fmt == DType::BF16) {
-      linear_forward(out.data(), in.data(), W, nullptr, M);
+    const Tensor& Wi = w[slot][size_t(next++ % kCopies)];
+    if (via_gemm) {
+      linear_forward(out.data(), in.data(), Wi, nullptr, M);
     } else {
-      quant_linear_forward(out.data(), kN, in.data(), M, W);
+      quant_linear_forward(out.data(), kN, in.data(), M, Wi);
     }
     benchmark::DoNotOptimize(out.data());
   }
@@ -48,6 +55,7 @@ void BM_Weights(benchmark::State& state, DType fmt) {
   state.counters["GB/s"] = benchmark::Counter(bytes, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+BENCHMARK_CAPTURE(BM_Weights, bf16_gemm, DType::BF16, true)->Arg(1)->Arg(4)->Arg(16)->Arg(32)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Weights, bf16, DType::BF16)->Arg(1)->Arg(4)->Arg(16)->Arg(32)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Weights, q8_0, DType::Q8_0)->Arg(1)->Arg(4)->Arg(16)->Arg(32)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Weights, mxfp4, DType::MXFP4)->Arg(1)->Arg(4)->Arg(16)->Arg(32)->UseRealTime();

@@ -130,73 +130,84 @@ inline void load_scales(float* sc, const void* scales, int64_t b0, int64_t n) {
 }
 
 // out[m, n] for n in [n0, n1), m in [0, MR): rows of `a` (stride K, fp32; MXFP4: deinterleaved per block).
-template <DType F, int MR>
-void stream_rows(float* out, int64_t ldc, const float* a, const QMat& w, int64_t n0, int64_t n1) {
-  // Q8_0 and MXFP4 scale every block; FP8 scales the row (applied at the end), BF16 has no scale.
+// Blocks [g0, g0 + gn) (gn <= 16: one scale group) of the NR weight rows from n0 against the MR activation
+// rows of `a` (stride K, fp32; MXFP4: deinterleaved per block), accumulated into acc[(r) * MR + m] (16-lane
+// partial sums kept in memory between calls). Each block of a weight row becomes two fp32 vectors scaled by
+// its block scale (Q8_0, MXFP4), then meets every activation row: each accumulator is one chain of fmas over
+// the blocks in order (lo half, then hi half), the same whatever NR, MR and the K chunking are, so a result
+// depends on its weight row and activation row only (batch invariant). FP8's row scale is applied at the end;
+// BF16 has no scale.
+template <DType F, int NR, int MR>
+void stream_block(__m512* acc_mem, const float* a, const QMat& w, int64_t n0, int64_t g0, int64_t gn) {
   constexpr bool kBlockScales = F == DType::Q8_0 || F == DType::MXFP4;
-  const int64_t K = w.K, nb = K / 32;
-  for (int64_t n = n0; n < n1; n++) {
-    const uint8_t* row = w.q + size_t(n) * w.row_bytes;
-    const char* srow = nullptr;
+  constexpr int kScaleBytes = F == DType::Q8_0 ? 2 : 1;
+  const int64_t K = w.K;
+  const uint8_t* row[NR];
+  alignas(64) float sc[NR][16];
+  for (int r = 0; r < NR; r++) {
+    row[r] = w.q + size_t(n0 + r) * w.row_bytes;
     if constexpr (kBlockScales)
-      srow = static_cast<const char*>(w.scales) + size_t(n * w.scales_per_row) * (F == DType::Q8_0 ? 2 : 1);
-    __m512 acc0[MR], acc1[MR];
-    for (int m = 0; m < MR; m++) acc0[m] = acc1[m] = _mm512_setzero_ps();
-    for (int64_t g = 0; g < nb; g += 16) {
-      const int64_t gn = std::min<int64_t>(16, nb - g);
-      alignas(64) float sc[16];
-      if constexpr (kBlockScales) load_scales<F>(sc, srow, g, gn);
-      int64_t i = 0;
-      for (; i + 2 <= gn; i += 2) {
-        const int64_t b = g + i;
-        __m512 lo0, hi0, lo1, hi1;
-        load_block<F>(row, b, &lo0, &hi0);
-        load_block<F>(row, b + 1, &lo1, &hi1);
-        if constexpr (kBlockScales) {
-          const __m512 d0 = _mm512_set1_ps(sc[i]), d1 = _mm512_set1_ps(sc[i + 1]);
+      load_scales<F>(sc[r],
+                     static_cast<const char*>(w.scales) + size_t((n0 + r) * w.scales_per_row) * kScaleBytes,
+                     g0, gn);
+  }
+  __m512 acc[NR][MR];
+  for (int r = 0; r < NR; r++)
+    for (int m = 0; m < MR; m++) acc[r][m] = acc_mem[r * MR + m];
+  for (int64_t i = 0; i < gn; i++) {
+    const int64_t b = g0 + i;
+    __m512 lo[NR], hi[NR];
 #pragma GCC unroll 8
-          for (int m = 0; m < MR; m++) {
-            const float* am = a + m * K + b * 32;
-            __m512 t0 = _mm512_mul_ps(lo0, _mm512_loadu_ps(am));
-            t0 = _mm512_fmadd_ps(hi0, _mm512_loadu_ps(am + 16), t0);
-            __m512 t1 = _mm512_mul_ps(lo1, _mm512_loadu_ps(am + 32));
-            t1 = _mm512_fmadd_ps(hi1, _mm512_loadu_ps(am + 48), t1);
-            acc0[m] = _mm512_fmadd_ps(t0, d0, acc0[m]);
-            acc1[m] = _mm512_fmadd_ps(t1, d1, acc1[m]);
-          }
-        } else {
-#pragma GCC unroll 8
-          for (int m = 0; m < MR; m++) {
-            const float* am = a + m * K + b * 32;
-            acc0[m] = _mm512_fmadd_ps(lo0, _mm512_loadu_ps(am), acc0[m]);
-            acc1[m] = _mm512_fmadd_ps(lo1, _mm512_loadu_ps(am + 32), acc1[m]);
-            acc0[m] = _mm512_fmadd_ps(hi0, _mm512_loadu_ps(am + 16), acc0[m]);
-            acc1[m] = _mm512_fmadd_ps(hi1, _mm512_loadu_ps(am + 48), acc1[m]);
-          }
-        }
-      }
-      if (i < gn) {  // an odd block count: the last block of the row goes to acc0
-        const int64_t b = g + i;
-        __m512 lo0, hi0;
-        load_block<F>(row, b, &lo0, &hi0);
-        for (int m = 0; m < MR; m++) {
-          const float* am = a + m * K + b * 32;
-          if constexpr (kBlockScales) {
-            __m512 t0 = _mm512_mul_ps(lo0, _mm512_loadu_ps(am));
-            t0 = _mm512_fmadd_ps(hi0, _mm512_loadu_ps(am + 16), t0);
-            acc0[m] = _mm512_fmadd_ps(t0, _mm512_set1_ps(sc[i]), acc0[m]);
-          } else {
-            acc0[m] = _mm512_fmadd_ps(lo0, _mm512_loadu_ps(am), acc0[m]);
-            acc0[m] = _mm512_fmadd_ps(hi0, _mm512_loadu_ps(am + 16), acc0[m]);
-          }
-        }
+    for (int r = 0; r < NR; r++) {
+      load_block<F>(row[r], b, &lo[r], &hi[r]);
+      if constexpr (kBlockScales) {
+        const __m512 d = _mm512_set1_ps(sc[r][i]);
+        lo[r] = _mm512_mul_ps(lo[r], d);
+        hi[r] = _mm512_mul_ps(hi[r], d);
       }
     }
+#pragma GCC unroll 8
+    for (int m = 0; m < MR; m++) {
+      const float* am = a + m * K + b * 32;
+      const __m512 al = _mm512_loadu_ps(am), ah = _mm512_loadu_ps(am + 16);
+#pragma GCC unroll 8
+      for (int r = 0; r < NR; r++) {
+        acc[r][m] = _mm512_fmadd_ps(lo[r], al, acc[r][m]);
+        acc[r][m] = _mm512_fmadd_ps(hi[r], ah, acc[r][m]);
+      }
+    }
+  }
+  for (int r = 0; r < NR; r++)
+    for (int m = 0; m < MR; m++) acc_mem[r * MR + m] = acc[r][m];
+}
+
+// MR activation rows against weight rows [n0, n1), NR rows at a time (as many as the registers hold beside
+// the NR x MR accumulators), the rest one by one. With 8 activation rows (32 KB at K = 1024) K goes in chunks
+// of 16 blocks (512 inputs: the rows' chunk stays in L1 while every weight row of the tile passes); fewer
+// rows stay in L1 whole, and each weight row streams front to back (what the prefetchers like). Chunking
+// does not change any result: the partial sums are kept as they are between chunks.
+template <DType F, int MR>
+void stream_rows(float* out, int64_t ldc, const float* a, const QMat& w, int64_t n0, int64_t n1) {
+  constexpr int NR = MR >= 8 ? 2 : MR >= 2 ? 4 : 8;
+  const int64_t nb = w.K / 32, rows = n1 - n0;
+  thread_local std::vector<__m512> acc;
+  acc.assign(size_t(rows * MR), _mm512_setzero_ps());
+  const int64_t chunk = MR >= 8 ? 16 : (nb + 15) / 16 * 16;  // blocks per K chunk, a multiple of 16
+  for (int64_t c0 = 0; c0 < nb; c0 += chunk) {
+    const int64_t c1 = std::min(nb, c0 + chunk);
+    int64_t n = n0;
+    for (; n + NR <= n1; n += NR)
+      for (int64_t g = c0; g < c1; g += 16)
+        stream_block<F, NR, MR>(acc.data() + (n - n0) * MR, a, w, n, g, std::min<int64_t>(16, c1 - g));
+    for (; n < n1; n++)
+      for (int64_t g = c0; g < c1; g += 16)
+        stream_block<F, 1, MR>(acc.data() + (n - n0) * MR, a, w, n, g, std::min<int64_t>(16, c1 - g));
+  }
+  for (int64_t n = n0; n < n1; n++) {
     float rs = 1.0f;
     if constexpr (F == DType::F8_E4M3)
       rs = static_cast<const float*>(w.scales)[n * w.scales_per_row] * 256.0f;
-    for (int m = 0; m < MR; m++)
-      out[m * ldc + n] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[m], acc1[m])) * rs;
+    for (int m = 0; m < MR; m++) out[m * ldc + n] = _mm512_reduce_add_ps(acc[size_t((n - n0) * MR + m)]) * rs;
   }
 }
 
