@@ -2,13 +2,14 @@
 // when few rows make a product a stream of weights (decode).
 //
 // Decode reads every weight a token touches, so its speed is the rate at which weights stream from memory.
-// The streaming kernel reads each weight block once for all the call's rows (up to 8 at a time in
-// registers), turns it into fp32 in registers (int8 -> fp32, E2M1 nibbles -> fp32 through a 16-entry
-// table, e4m3 -> fp16 -> fp32) and multiplies with the fp32 activations as they are: no activation
-// quantization, so its only error is fp32 rounding. Sum order per output: blocks in pairs (even/odd into
-// two accumulators), within a block lo half then hi half; the block scale applied once per block.
-// Row m's results depend on in[m] and W only, never on M, the tiling or the thread: the kernel is batch
-// invariant by construction.
+// The streaming kernel reads each weight block once for all the call's rows (register blocks of up to 8
+// weight rows x 8 activation rows), turns it into fp32 in registers (int8 -> fp32, E2M1 nibbles -> fp32
+// through a 16-entry table, e4m3 -> fp16 -> fp32, bf16 -> fp32), scales it by its block scale (Q8_0,
+// MXFP4) and multiplies with the fp32 activations as they are: no activation quantization, so its only
+// error is fp32 rounding. Sum order per output: one 16-lane accumulator, a chain of fmas over the blocks in
+// order (lo half, then hi half), reduced at the end; FP8's row scale applied after. Row m's results depend
+// on in[m] and W only, never on M, the blocking, the tiling or the thread: the kernel is batch invariant by
+// construction.
 //
 // Many rows (prefill) are faster as a GEMM: above kQuantStreamMaxRows rows a tile of W is dequantized into
 // `tile` (the model's compute dtype: BF16 rounds each weight once, F32 keeps it exact) and goes through
