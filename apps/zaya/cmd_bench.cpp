@@ -17,6 +17,7 @@
 #include "ckpt/checkpoint.h"
 #include "cli.h"
 #include "command.h"
+#include "core/cpu_info.h"
 #include "core/error.h"
 #include "kernels/gemm.h"
 #include "model/zaya-backward.h"
@@ -96,18 +97,6 @@ int bench_forward(const std::string& model_dir, const std::string& config, int64
   return 0;
 }
 
-// Peak resident set size of this process in MB (VmHWM).
-double peak_rss_mb() {
-  std::FILE* f = std::fopen("/proc/self/status", "r");
-  if (!f) return 0;
-  char line[256];
-  double kb = 0;
-  while (std::fgets(line, sizeof line, f))
-    if (std::sscanf(line, "VmHWM: %lf kB", &kb) == 1) break;
-  std::fclose(f);
-  return kb / 1024.0;
-}
-
 // A full training step: recording forward, backward, clipping, the optimizer (Muon + AdamW split) and the
 // bf16 weight refresh. Model FLOPs of a step = 3 x the forward's (recomputation's extra block forwards are
 // not model FLOPs: they show as lower tokens/s and MFU). recompute: ForwardOptions::recompute.
@@ -184,7 +173,7 @@ int bench_train(const std::string& model_dir, const std::string& config, int64_t
   nlohmann::json stages;
   for (int k = 0; k < 6; k++) stages[stage_names[k]] = stage_s[k] / std::max(1, steps);
   j["stage_seconds"] = stages;
-  j["peak_rss_mb"] = peak_rss_mb();
+  j["peak_rss_mb"] = zaya::peak_rss_mb();
   j["theoretical_mb"] =
       weights_mb * 2 + optim.state_bytes() / 1e6 + (act_bytes + block_bytes) / 1e6 + compute_copy_mb;
   // activations: what the forward keeps for the backward; recompute_block: the one block's full recording

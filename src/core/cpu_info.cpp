@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 
@@ -40,6 +41,17 @@ std::string cpu_summary() {
   const CpuInfo c = cpu_info();
   return c.model + (c.family >= 0 ? " (family " + std::to_string(c.family) + ")" : "") + ", " +
          std::to_string(c.cores) + " CPUs, " + (c.features.empty() ? "no AVX2" : c.features);
+}
+
+double peak_rss_mb() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return 0;
+  char line[256];
+  double kb = 0;
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "VmHWM: %lf kB", &kb) == 1) break;
+  std::fclose(f);
+  return kb / 1024.0;
 }
 
 }  // namespace zaya

@@ -19,4 +19,7 @@ CpuInfo cpu_info();
 // One line: "AMD EPYC 9B45 (family 26), 2 CPUs, avx2 fma avx512f ...".
 std::string cpu_summary();
 
+// Peak resident set size of this process in MB (/proc/self/status VmHWM); 0 when unknown.
+double peak_rss_mb();
+
 }  // namespace zaya

@@ -40,6 +40,13 @@ unsigned e2m1_index(float a) {
   return 7;
 }
 
+// max |x[j]| over one block of kQuantBlock values.
+float block_amax(const float* x) {
+  float amax = 0.0f;
+  for (int64_t j = 0; j < kQuantBlock; j++) amax = std::max(amax, std::fabs(x[j]));
+  return amax;
+}
+
 }  // namespace
 
 bool is_quantized(DType t) {
@@ -156,8 +163,7 @@ void quantize_row_q8_0(int8_t* q, uint16_t* scales_f16, const float* x, int64_t 
   ZAYA_ASSERT(cols % kQuantBlock == 0, "Q8_0 rows are whole blocks of 32");
   for (int64_t b = 0; b < cols / kQuantBlock; b++) {
     const float* xb = x + b * kQuantBlock;
-    float amax = 0.0f;
-    for (int64_t j = 0; j < kQuantBlock; j++) amax = std::max(amax, std::fabs(xb[j]));
+    const float amax = block_amax(xb);
     const float d = amax / 127.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     for (int64_t j = 0; j < kQuantBlock; j++) q[b * kQuantBlock + j] = int8_t(std::lround(xb[j] * id));
@@ -169,8 +175,7 @@ void quantize_row_mxfp4(uint8_t* packed, uint8_t* scales_e8m0, const float* x, i
   ZAYA_ASSERT(cols % kQuantBlock == 0, "MXFP4 rows are whole blocks of 32");
   for (int64_t b = 0; b < cols / kQuantBlock; b++) {
     const float* xb = x + b * kQuantBlock;
-    float amax = 0.0f;
-    for (int64_t j = 0; j < kQuantBlock; j++) amax = std::max(amax, std::fabs(xb[j]));
+    const float amax = block_amax(xb);
     int e = amax > 0.0f && std::isfinite(amax) ? float_exponent(amax) - 2 + 127 : 0;
     e = std::clamp(e, 0, 254);
     scales_e8m0[b] = uint8_t(e);
