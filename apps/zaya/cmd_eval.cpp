@@ -104,6 +104,7 @@ int cmd_eval_ppl(const std::string& model_dir, const std::string& input, const s
       doc_of.push_back(i);
     }
   }
+  ZAYA_CHECK(!windows.empty(), input, ": no tokens to score (empty documents)");
   auto last = std::chrono::steady_clock::now();
   const std::vector<double> ll =
       zaya::eval::score_windows(model, windows, batch, [&](size_t done, size_t total) {
