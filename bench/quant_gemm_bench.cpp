@@ -1,8 +1,8 @@
 // Weight-streaming throughput of the decode kernels (kernels/quant_gemm.h) and of the bf16 path, on
-// ZAYA1-8B-shaped expert matrices (gate_up: [4096, 2048], 16 MB in bf16), 24 of them used in turn so that the
-// weights come from memory, not from the last-level cache: GB/s of weights read (elements plus scales) per
-// call, at the row counts of decode (1, 4, 16) and the prefill switch-over (32 rows, where the
-// dequantize-to-bf16 GEMM takes over). Compare with `zaya bench decode`'s measured read bandwidth.
+// ZAYA1-8B-shaped expert matrices (gate_up: [4096, 2048], 16 MB in bf16), copies totalling 1.5 GiB used in
+// turn so that the weights come from memory, not from the last-level cache: GB/s of weights read (elements
+// plus scales) per call, at the row counts of decode (1, 4, 16) and the prefill switch-over (32 rows, where
+// the dequantize-to-bf16 GEMM takes over). Compare with `zaya bench decode`'s measured read bandwidth.
 //
 //   ./bench/quant_gemm_bench --benchmark_repetitions=3 --benchmark_enable_random_interleaving=true
 #include <benchmark/benchmark.h>
@@ -19,6 +19,9 @@ namespace zaya {
 namespace {
 
 constexpr int64_t kN = 4096, kK = 2048;
+// The copies together: well beyond any last-level cache seen here (up to 260 MiB), so weights come from
+// memory.
+constexpr double kSetBytes = 1.5 * (1 << 30);
 
 Tensor weights(DType fmt) {
   Tensor f = Tensor::empty(DType::F32, {kN, kK});
@@ -34,16 +37,20 @@ Tensor weights(DType fmt) {
 // via_gemm: the BF16 weights through gemm() (oneDNN), as before the streaming kernel took decode.
 void BM_Weights(benchmark::State& state, DType fmt, bool via_gemm = false) {
   const int64_t M = state.range(0);
-  constexpr int kCopies = 24;
   static std::vector<Tensor> w[4];
   const int slot = fmt == DType::BF16 ? 0 : fmt == DType::Q8_0 ? 1 : fmt == DType::MXFP4 ? 2 : 3;
-  if (w[slot].empty())
-    for (int i = 0; i < kCopies; i++) w[slot].push_back(weights(fmt));
+  if (w[slot].empty()) {
+    w[slot].push_back(weights(fmt));
+    const Tensor& w0 = w[slot][0];
+    const double one = double(w0.nbytes()) + (w0.scales ? double(w0.scales->nbytes()) : 0.0);
+    while (double(w[slot].size()) * one < kSetBytes) w[slot].push_back(weights(fmt));
+  }
+  const size_t kCopies = w[slot].size();
   const Tensor& W = w[slot][0];
   std::vector<float> in(size_t(M * kK), 0.5f), out(size_t(M * kN));
   int next = 0;
   for (auto _ : state) {
-    const Tensor& Wi = w[slot][size_t(next++ % kCopies)];
+    const Tensor& Wi = w[slot][size_t(next++) % kCopies];
     if (via_gemm) {
       linear_forward(out.data(), in.data(), Wi, nullptr, M);
     } else {

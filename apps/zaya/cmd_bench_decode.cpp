@@ -24,6 +24,7 @@
 #include "core/cpu_info.h"
 #include "core/error.h"
 #include "core/mem_bandwidth.h"
+#include "core/profile.h"
 #include "core/quant.h"
 #include "core/threads.h"
 #include "kernels/gemm.h"
@@ -191,6 +192,7 @@ int bench_decode(const BenchDecodeOptions& o) {
         ZayaCache cache(c, B);
         std::vector<int32_t> ids(size_t(B * o.context));
         for (auto& id : ids) id = token();
+        profile_pause(true);  // ZAYA_PROFILE reports the timed decode steps only
         const auto t0 = Clock::now();
         zaya_forward(model, cache, ids.data(), nullptr, B, o.context, opt, res, sc);
         const double pre = seconds_since(t0);
@@ -198,6 +200,7 @@ int bench_decode(const BenchDecodeOptions& o) {
         double dec = 0;
         for (int64_t s = 0; s < o.tokens; s++) {
           for (auto& id : next) id = token();
+          profile_pause(r == 0);
           const auto ts = Clock::now();
           zaya_forward(model, cache, next.data(), nullptr, B, 1, dec_opt, res, sc);
           dec += seconds_since(ts);

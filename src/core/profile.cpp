@@ -1,5 +1,6 @@
 #include "core/profile.h"
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -34,6 +35,18 @@ bool profile_enabled() {
     return e && *e && *e != '0';
   }();
   return on;
+}
+
+namespace {
+std::atomic<bool> g_paused{false};
+}
+
+void profile_pause(bool paused) {
+  g_paused.store(paused, std::memory_order_relaxed);
+}
+
+bool profile_paused() {
+  return g_paused.load(std::memory_order_relaxed);
 }
 
 void profile_add(const char* name, double seconds) {

@@ -8,12 +8,15 @@ namespace zaya {
 
 bool profile_enabled();
 void profile_add(const char* name, double seconds);
+// Pausing drops the scopes that start meanwhile (a benchmark times its decode steps, not its prefill).
+void profile_pause(bool paused);
+bool profile_paused();
 
 struct ProfileScope {
   const char* name;
   std::chrono::steady_clock::time_point t0;
   bool on;
-  explicit ProfileScope(const char* n) : name(n), on(profile_enabled()) {
+  explicit ProfileScope(const char* n) : name(n), on(profile_enabled() && !profile_paused()) {
     if (on) t0 = std::chrono::steady_clock::now();
   }
   ~ProfileScope() {

@@ -12,7 +12,7 @@
 
 namespace zaya {
 
-std::shared_ptr<MappedFile> MappedFile::open(const std::string& path) {
+std::shared_ptr<MappedFile> MappedFile::open(const std::string& path, bool populate) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   ZAYA_CHECK(fd >= 0, "cannot open '", path, "': ", std::strerror(errno));
   struct stat st;
@@ -30,7 +30,7 @@ std::shared_ptr<MappedFile> MappedFile::open(const std::string& path) {
   file->size_ = size_t(st.st_size);
   if (file->size_ > 0) {
     // MAP_PRIVATE + PROT_READ: the checkpoint on disk can never be modified through a view.
-    void* p = ::mmap(nullptr, file->size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    void* p = ::mmap(nullptr, file->size_, PROT_READ, MAP_PRIVATE | (populate ? MAP_POPULATE : 0), fd, 0);
     if (p == MAP_FAILED) {
       int err = errno;
       ::close(fd);

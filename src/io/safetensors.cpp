@@ -100,7 +100,7 @@ TensorInfo parse_entry(const std::string& file_where, const std::string& name, c
 }  // namespace
 
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
-  std::shared_ptr<MappedFile> file = MappedFile::open(path);
+  std::shared_ptr<MappedFile> file = MappedFile::open(path, /*populate=*/true);
   return parse(file->data(), file->size(), path, file);
 }
 

@@ -35,7 +35,9 @@ void cca_conv_forward(float* out, float* mid, const float* frames, const float* 
   // per group on zaya's small kernel (a fixed order per element over the d·t1 terms, whatever S;
   // gemm_small.h), with no re-laid weights and no dispatch: a decode step's convolution ran a 330 kB weight
   // transpose, a parallel region and 20 gemm() calls per layer (236 vs 50 us a call for mid.json).
-  if (gemm_batch_invariant()) {
+  // Decode and short chunks (S < 16) take this path too: a GEMM per group and tap would be all call
+  // overhead, and strided scalar loops over the 1.3 MB of ZAYA1-8B's conv weights cost 0.3 ms a layer.
+  if (gemm_batch_invariant() || S < 16) {
     const int64_t K = d * t1;
 #pragma omp parallel for schedule(dynamic, 1) if (S * C * K > (int64_t(1) << 18))
     for (int64_t g = 0; g < groups; g++) {
@@ -49,22 +51,6 @@ void cca_conv_forward(float* out, float* mid, const float* frames, const float* 
     }
     for (int64_t t = 0; t < S; t++)
       for (int64_t o = 0; o < C; o++) out[t * C + o] += b1[o];
-    return;
-  }
-  // Decode and short chunks: direct loops (a GEMM per group would be all call overhead).
-  if (S < 16) {
-    for (int64_t t = 0; t < S; t++) {
-      for (int64_t o = 0; o < C; o++) {
-        const float* w = w1 + o * d * t1;
-        const int64_t g = o / d;
-        float acc = b1[o];
-        for (int64_t j = 0; j < t1; j++) {
-          const float* m = mid + (t + j) * C + g * d;
-          for (int64_t c = 0; c < d; c++) acc += w[c * t1 + j] * m[c];
-        }
-        out[t * C + o] = acc;
-      }
-    }
     return;
   }
   std::vector<float> w1t(t1 * C * d);  // shared by the threads below (a thread_local would not be)

@@ -54,9 +54,15 @@ void moe_experts_forward(float* out, const float* u, const int32_t* choice, cons
   // Gather the routed tokens in expert order.
 #pragma omp parallel for schedule(static) if (n * H > 65536)
   for (int64_t r = 0; r < n; r++) std::memcpy(s.x.data() + r * H, u + plan.perm[r] * H, H * sizeof(float));
-  grouped_linear_forward(s.gu.data(), s.x.data(), gate_up, plan.offsets.data(), E, quant_tile);
+  {
+    ZAYA_PROFILE_SCOPE("moe_gate_up");
+    grouped_linear_forward(s.gu.data(), s.x.data(), gate_up, plan.offsets.data(), E, quant_tile);
+  }
   swiglu_forward(s.act.data(), s.gu.data(), n, I);
-  grouped_linear_forward(s.y.data(), s.act.data(), down, plan.offsets.data(), E, quant_tile);
+  {
+    ZAYA_PROFILE_SCOPE("moe_down");
+    grouped_linear_forward(s.y.data(), s.act.data(), down, plan.offsets.data(), E, quant_tile);
+  }
   // Scatter back with the router weight; skip tokens get zero (or p_E · u for legacy passthrough).
 #pragma omp parallel for schedule(static) if (T * H > 65536)
   for (int64_t t = 0; t < T; t++) {

@@ -142,6 +142,8 @@ void stream_block(__m512* acc_mem, const float* a, const QMat& w, int64_t n0, in
   constexpr bool kBlockScales = F == DType::Q8_0 || F == DType::MXFP4;
   constexpr int kScaleBytes = F == DType::Q8_0 ? 2 : 1;
   const int64_t K = w.K;
+  constexpr int64_t kBlockBytes = F == DType::BF16 ? 64 : F == DType::MXFP4 ? 16 : 32;
+  const size_t prefetch_ahead = size_t(NR) * w.row_bytes;
   const uint8_t* row[NR];
   alignas(64) float sc[NR][16];
   for (int r = 0; r < NR; r++) {
@@ -159,6 +161,14 @@ void stream_block(__m512* acc_mem, const float* a, const QMat& w, int64_t n0, in
     __m512 lo[NR], hi[NR];
 #pragma GCC unroll 8
     for (int r = 0; r < NR; r++) {
+      // Rows are a few KB, so each is a new page to the hardware prefetcher, which never ramps up on it:
+      // fetch the next NR rows (the next call's) as these stream, one line per 64 bytes.
+      if constexpr (kBlockBytes >= 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(row[r] + prefetch_ahead + b * kBlockBytes), _MM_HINT_T0);
+      } else {
+        if ((b & (64 / kBlockBytes - 1)) == 0)
+          _mm_prefetch(reinterpret_cast<const char*>(row[r] + prefetch_ahead + b * kBlockBytes), _MM_HINT_T0);
+      }
       load_block<F>(row[r], b, &lo[r], &hi[r]);
       if constexpr (kBlockScales) {
         const __m512 d = _mm512_set1_ps(sc[r][i]);
@@ -338,10 +348,14 @@ int64_t tile_rows(int64_t N, int64_t items_per_row_set, int threads) {
 }
 
 // Runs tiles over the threads (dynamic: experts differ in rows); the first exception is carried out.
+// A product that reads less than this stays on the calling thread: waking the pool costs more (a decode
+// step of ZAYA1-8B has 120 router products of 128 kB or less; 3.5 vs 11.7 ms a step with them threaded).
+constexpr size_t kThreadedMinBytes = size_t(512) << 10;
+
 template <typename Fn>
-void run_tiles(const std::vector<Tile>& tiles, Fn&& fn) {
+void run_tiles(const std::vector<Tile>& tiles, size_t bytes, Fn&& fn) {
   const int threads = threads_here();
-  if (threads <= 1 || tiles.size() <= 1) {
+  if (threads <= 1 || tiles.size() <= 1 || bytes < kThreadedMinBytes) {
     for (const Tile& t : tiles) fn(t);
     return;
   }
@@ -459,7 +473,8 @@ void quant_linear_forward_with(QuantPath path, float* out, int64_t ldc, const fl
   std::vector<Tile> tiles;
   const int64_t tr = tile_rows(w.N, 1, threads_here());
   for (int64_t n0 = 0; n0 < w.N; n0 += tr) tiles.push_back({0, n0, std::min(w.N, n0 + tr)});
-  run_tiles(tiles, [&](const Tile& t) { stream_tile_any(out, ldc, a, M, w, t.n0, t.n1); });
+  run_tiles(tiles, size_t(w.N) * w.row_bytes,
+            [&](const Tile& t) { stream_tile_any(out, ldc, a, M, w, t.n0, t.n1); });
 }
 
 void quant_linear_forward(float* out, int64_t ldc, const float* in, int64_t M, const Tensor& W, DType tile) {
@@ -496,7 +511,7 @@ void quant_grouped_linear_forward(float* out, const float* in, const Tensor& W, 
   const int64_t tr = tile_rows(N, int64_t(streamed.size()), threads_here());
   for (int64_t e : streamed)
     for (int64_t n0 = 0; n0 < N; n0 += tr) tiles.push_back({e, n0, std::min(N, n0 + tr)});
-  run_tiles(tiles, [&](const Tile& t) {
+  run_tiles(tiles, streamed.size() * size_t(N) * dtype_row_bytes(W.dtype, K), [&](const Tile& t) {
     const int64_t r0 = offsets[t.expert], rows = offsets[t.expert + 1] - r0;
     stream_tile_any(out + r0 * N, N, a + r0 * K, rows, qmat(W, t.expert), t.n0, t.n1);
   });

@@ -53,8 +53,8 @@ const float* opt_f32(const Tensor& t) {
 // out[M, N] (row stride ldc) = in[M, K] · W[N, K]ᵀ (+ bias[N]).
 // `compute` is the model's GEMM dtype: a quantized W's many-row (prefill) path dequantizes tiles into it.
 void linear_strided(float* out, int64_t ldc, const float* in, const Tensor& W, const float* bias, int64_t M,
-                    DType compute) {
-  ZAYA_PROFILE_SCOPE("linear");
+                    DType compute, const char* stage = "linear") {
+  ProfileScope prof(stage);
   const int64_t N = W.dim(0), K = W.dim(1);
   if (is_quantized(W.dtype) || (W.dtype == DType::BF16 && bf16_streams(M))) {
     quant_linear_forward(out, ldc, in, M, W, compute);
@@ -188,7 +188,7 @@ void block_forward(const ZayaModel& model, int64_t li, const BlockCall& call, fl
   }
   if (la) keep(la->h, h, T * H);
   // One GEMM for q | k | v_cur | v_del, then split: raw[T, C] = [Q0 | K0], vc and dv [T, Kv/2].
-  linear_strided(qkv, NQ, h, lw.qkv, lw.qkv_bias.f32(), T, model.w.compute);
+  linear_strided(qkv, NQ, h, lw.qkv, lw.qkv_bias.f32(), T, model.w.compute, "linear_qkv");
 #pragma omp parallel for schedule(static) if (T * NQ > 65536)
   for (int64_t t = 0; t < T; t++) {
     const float* row = qkv + t * NQ;
@@ -284,7 +284,7 @@ void block_forward(const ZayaModel& model, int64_t li, const BlockCall& call, fl
       lc.len = keep;
     }
   }
-  linear_strided(a, H, ocat, lw.o_proj, opt_f32(lw.o_bias), T, model.w.compute);
+  linear_strided(a, H, ocat, lw.o_proj, opt_f32(lw.o_bias), T, model.w.compute, "linear_o");
   const ResidualScaleWeights& ra = lw.post_attn_scale;
   residual_scale_forward(x, a, x, ra.hidden_bias.f32(), ra.hidden_scale.f32(), ra.residual_bias.f32(),
                          ra.residual_scale.f32(), T, H);  // x now holds y
@@ -298,7 +298,7 @@ void block_forward(const ZayaModel& model, int64_t li, const BlockCall& call, fl
 
   // ---- Router with EDA (spec §5.6) ----
   rmsnorm_forward(u, la ? la->rstd_post.data() : nullptr, x, lw.post_norm.f32(), T, H, eps);
-  linear_strided(rho, R, u, lw.router_down, lw.router_down_bias.f32(), T, model.w.compute);
+  linear_strided(rho, R, u, lw.router_down, lw.router_down_bias.f32(), T, model.w.compute, "linear_router");
   if (li > 0) {
     const float* gamma = lw.router_eda_scale.f32();
     for (int64_t t = 0; t < T; t++) {
@@ -312,17 +312,17 @@ void block_forward(const ZayaModel& model, int64_t li, const BlockCall& call, fl
     keep(la->rho, rho, T * R);
     keep(la->rnorm, r1, T * R);
   }
-  linear_strided(r2, R, r1, lw.router_fc1, lw.router_fc1_bias.f32(), T, model.w.compute);
+  linear_strided(r2, R, r1, lw.router_fc1, lw.router_fc1_bias.f32(), T, model.w.compute, "linear_router");
   if (la) keep(la->pre1, r2, T * R);
   gelu_forward(r2, T * R);
-  linear_strided(r1, R, r2, lw.router_fc2, lw.router_fc2_bias.f32(), T, model.w.compute);
+  linear_strided(r1, R, r2, lw.router_fc2, lw.router_fc2_bias.f32(), T, model.w.compute, "linear_router");
   if (la) {
     keep(la->z1, r2, T * R);
     keep(la->pre2, r1, T * R);
   }
   gelu_forward(r1, T * R);
   if (la) keep(la->z2, r1, T * R);
-  linear_strided(probs, E + 1, r1, lw.router_out, nullptr, T, model.w.compute);
+  linear_strided(probs, E + 1, r1, lw.router_out, nullptr, T, model.w.compute, "linear_router");
   if (router_logits) std::memcpy(router_logits, probs, T * (E + 1) * sizeof(float));
   softmax_forward(probs, T, E + 1);
   route_top1(choice, weight, probs, lw.balancing_biases.f32(), T, E);
@@ -463,13 +463,13 @@ void zaya_forward(const ZayaModel& model, ZayaCache& cache, const int32_t* ids, 
   const float* head_bias = opt_f32(w.lm_head_bias);
   if (opt.all_logits) {
     out.logits.resize(T * V);
-    linear_strided(out.logits.data(), V, z, w.lm_head, head_bias, T, w.compute);
+    linear_strided(out.logits.data(), V, z, w.lm_head, head_bias, T, w.compute, "lm_head");
   } else {
     // Only the last position of each row: gather those rows first.
     float* last = grow(sc.head_in, B * H);
     for (int64_t b = 0; b < B; b++) std::memcpy(last + b * H, z + (b * S + S - 1) * H, H * sizeof(float));
     out.logits.resize(B * V);
-    linear_strided(out.logits.data(), V, last, w.lm_head, head_bias, B, w.compute);
+    linear_strided(out.logits.data(), V, last, w.lm_head, head_bias, B, w.compute, "lm_head");
   }
 }
 
@@ -552,7 +552,7 @@ void zaya_forward_seqs(const ZayaModel& model, const std::vector<SeqStep>& seqs,
   logits.resize(n_logits * V);
   if (n_logits == 0) return;
   rmsnorm_forward(z, nullptr, rows, w.final_norm.f32(), n_logits, H, float(c.rms_norm_eps));
-  linear_strided(logits.data(), V, z, w.lm_head, opt_f32(w.lm_head_bias), n_logits, w.compute);
+  linear_strided(logits.data(), V, z, w.lm_head, opt_f32(w.lm_head_bias), n_logits, w.compute, "lm_head");
 }
 
 void zaya_recompute_block(const ZayaModel& model, const Activations& acts, int64_t li, LayerActivations& out,
