@@ -217,19 +217,22 @@ TEST(QuantGemm, DequantGemmEqualsBf16Product) {
 
 // Row m of the result depends on row m of the input only: bitwise equal whatever M and the thread count.
 TEST(QuantGemm, StreamIsBatchInvariant) {
-  for (DType f : kStreamed) {
-    const int64_t N = 300, K = 512, M = 19;
-    Tensor W = weight_in(f, {N, K}, 9);
-    Tensor a = random_f32({M, K}, 10);
-    std::vector<float> all(size_t(M * N));
-    quant_linear_forward_with(QuantPath::Stream, all.data(), N, a.f32(), M, W);
-    for (int64_t m = 0; m < M; m++) {
-      std::vector<float> one(static_cast<size_t>(N));
-      quant_linear_forward_with(QuantPath::Stream, one.data(), N, a.f32() + m * K, 1, W);
-      EXPECT_EQ(0, std::memcmp(one.data(), all.data() + m * N, size_t(N) * 4))
-          << quant_scheme_name(f) << " m=" << m;
+  // The second shape has weight rows of 4-8 kB: a thread's tile spans several of the 256 kB slices that
+  // rows beyond 8 revisit in L2, so the slicing is covered too.
+  for (auto [N, K] : {std::pair<int64_t, int64_t>{300, 512}, {1024, 4096}})
+    for (DType f : kStreamed) {
+      const int64_t M = 19;
+      Tensor W = weight_in(f, {N, K}, 9);
+      Tensor a = random_f32({M, K}, 10);
+      std::vector<float> all(size_t(M * N));
+      quant_linear_forward_with(QuantPath::Stream, all.data(), N, a.f32(), M, W);
+      for (int64_t m = 0; m < M; m++) {
+        std::vector<float> one(static_cast<size_t>(N));
+        quant_linear_forward_with(QuantPath::Stream, one.data(), N, a.f32() + m * K, 1, W);
+        EXPECT_EQ(0, std::memcmp(one.data(), all.data() + m * N, size_t(N) * 4))
+            << quant_scheme_name(f) << " m=" << m;
+      }
     }
-  }
 }
 
 // Experts: every routed row equals the single-matrix product with its expert's weights, bitwise, both

@@ -221,13 +221,20 @@ void stream_rows(float* out, int64_t ldc, const float* a, const QMat& w, int64_t
   }
 }
 
+// Rows [n0, n1) for all M activation rows, in register blocks of 8, 4, 2 and 1 activation rows. With more
+// than 8 rows each weight row meets several blocks: the weight rows go in slices of about 256 kB, so that
+// every block after the first finds the slice in L2 instead of streaming it from memory again.
 template <DType F>
 void stream_tile(float* out, int64_t ldc, const float* a, int64_t M, const QMat& w, int64_t n0, int64_t n1) {
-  int64_t m = 0;
-  for (; m + 8 <= M; m += 8) stream_rows<F, 8>(out + m * ldc, ldc, a + m * w.K, w, n0, n1);
-  if (M - m >= 4) stream_rows<F, 4>(out + m * ldc, ldc, a + m * w.K, w, n0, n1), m += 4;
-  if (M - m >= 2) stream_rows<F, 2>(out + m * ldc, ldc, a + m * w.K, w, n0, n1), m += 2;
-  if (M - m >= 1) stream_rows<F, 1>(out + m * ldc, ldc, a + m * w.K, w, n0, n1);
+  const int64_t slice = M > 8 ? std::max<int64_t>(8, int64_t(256 << 10) / int64_t(w.row_bytes)) : n1 - n0;
+  for (int64_t s0 = n0; s0 < n1; s0 += slice) {
+    const int64_t s1 = std::min(n1, s0 + slice);
+    int64_t m = 0;
+    for (; m + 8 <= M; m += 8) stream_rows<F, 8>(out + m * ldc, ldc, a + m * w.K, w, s0, s1);
+    if (M - m >= 4) stream_rows<F, 4>(out + m * ldc, ldc, a + m * w.K, w, s0, s1), m += 4;
+    if (M - m >= 2) stream_rows<F, 2>(out + m * ldc, ldc, a + m * w.K, w, s0, s1), m += 2;
+    if (M - m >= 1) stream_rows<F, 1>(out + m * ldc, ldc, a + m * w.K, w, s0, s1);
+  }
 }
 
 // Rows [n0, n0 + rows) of W dequantized into out[rows, K] (fp32 or bf16: exactly one of them non-null):
