@@ -55,11 +55,11 @@ QMat qmat(const Tensor& W, int64_t expert) {
 // MXFP4 pairs its elements (2k in the low nibble, 2k+1 in the high one); the kernel expands the low
 // nibbles of a block to one vector and the high ones to another, so it reads the activations of each block
 // of 32 as [16 even elements | 16 odd ones]: a[M, K] -> out[M, K] in that order.
-void deinterleave_blocks(float* out, const float* a, int64_t M, int64_t K) {
+void deinterleave_blocks(float* out, int64_t ldo, const float* a, int64_t M, int64_t K) {
   for (int64_t m = 0; m < M; m++) {
     for (int64_t b = 0; b < K; b += kQuantBlock) {
       const float* src = a + m * K + b;
-      float* dst = out + m * K + b;
+      float* dst = out + m * ldo + b;
       for (int64_t j = 0; j < kQuantBlock / 2; j++) {
         dst[j] = src[2 * j];
         dst[kQuantBlock / 2 + j] = src[2 * j + 1];
@@ -133,17 +133,19 @@ inline void load_scales(float* sc, const void* scales, int64_t b0, int64_t n) {
 // Blocks [g0, g0 + gn) (gn <= 16: one scale group) of the NR weight rows from n0 against the MR activation
 // rows of `a` (stride K, fp32; MXFP4: deinterleaved per block), accumulated into acc[(r) * MR + m] (16-lane
 // partial sums kept in memory between calls). Each block of a weight row becomes two fp32 vectors scaled by
-// its block scale (Q8_0, MXFP4), then meets every activation row: each accumulator is one chain of fmas over
-// the blocks in order (lo half, then hi half), the same whatever NR, MR and the K chunking are, so a result
-// depends on its weight row and activation row only (batch invariant). FP8's row scale is applied at the end;
-// BF16 has no scale.
+// its block scale (Q8_0, MXFP4), then meets every activation row (row m at a + m·lda): each accumulator is
+// one chain of fmas over the blocks in order (lo half, then hi half), the same whatever NR, MR and the K
+// chunking are, so a result depends on its weight row and activation row only (batch invariant). FP8's row
+// scale is applied at the end; BF16 has no scale.
 template <DType F, int NR, int MR>
-void stream_block(__m512* acc_mem, const float* a, const QMat& w, int64_t n0, int64_t g0, int64_t gn) {
+void stream_block(__m512* acc_mem, const float* a, int64_t lda, const QMat& w, int64_t n0, int64_t g0,
+                  int64_t gn) {
   constexpr bool kBlockScales = F == DType::Q8_0 || F == DType::MXFP4;
   constexpr int kScaleBytes = F == DType::Q8_0 ? 2 : 1;
-  const int64_t K = w.K;
   constexpr int64_t kBlockBytes = F == DType::BF16 ? 64 : F == DType::MXFP4 ? 16 : 32;
-  const size_t prefetch_ahead = size_t(NR) * w.row_bytes;
+  // Distance: the next call's rows; with 8 activation rows a call covers only a 16-block chunk of its rows
+  // (~300 cycles), less than a trip to memory, so those prefetch 8 calls ahead.
+  const size_t prefetch_ahead = size_t(MR >= 8 ? 8 * NR : NR) * w.row_bytes;
   const uint8_t* row[NR];
   alignas(64) float sc[NR][16];
   for (int r = 0; r < NR; r++) {
@@ -178,7 +180,7 @@ void stream_block(__m512* acc_mem, const float* a, const QMat& w, int64_t n0, in
     }
 #pragma GCC unroll 8
     for (int m = 0; m < MR; m++) {
-      const float* am = a + m * K + b * 32;
+      const float* am = a + m * lda + b * 32;
       const __m512 al = _mm512_loadu_ps(am), ah = _mm512_loadu_ps(am + 16);
 #pragma GCC unroll 8
       for (int r = 0; r < NR; r++) {
@@ -197,7 +199,8 @@ void stream_block(__m512* acc_mem, const float* a, const QMat& w, int64_t n0, in
 // rows stay in L1 whole, and each weight row streams front to back (what the prefetchers like). Chunking
 // does not change any result: the partial sums are kept as they are between chunks.
 template <DType F, int MR>
-void stream_rows(float* out, int64_t ldc, const float* a, const QMat& w, int64_t n0, int64_t n1) {
+void stream_rows(float* out, int64_t ldc, const float* a, int64_t lda, const QMat& w, int64_t n0,
+                 int64_t n1) {
   constexpr int NR = MR >= 8 ? 2 : MR >= 2 ? 4 : 8;
   const int64_t nb = w.K / 32, rows = n1 - n0;
   thread_local std::vector<__m512> acc;
@@ -208,10 +211,10 @@ void stream_rows(float* out, int64_t ldc, const float* a, const QMat& w, int64_t
     int64_t n = n0;
     for (; n + NR <= n1; n += NR)
       for (int64_t g = c0; g < c1; g += 16)
-        stream_block<F, NR, MR>(acc.data() + (n - n0) * MR, a, w, n, g, std::min<int64_t>(16, c1 - g));
+        stream_block<F, NR, MR>(acc.data() + (n - n0) * MR, a, lda, w, n, g, std::min<int64_t>(16, c1 - g));
     for (; n < n1; n++)
       for (int64_t g = c0; g < c1; g += 16)
-        stream_block<F, 1, MR>(acc.data() + (n - n0) * MR, a, w, n, g, std::min<int64_t>(16, c1 - g));
+        stream_block<F, 1, MR>(acc.data() + (n - n0) * MR, a, lda, w, n, g, std::min<int64_t>(16, c1 - g));
   }
   for (int64_t n = n0; n < n1; n++) {
     float rs = 1.0f;
@@ -225,15 +228,16 @@ void stream_rows(float* out, int64_t ldc, const float* a, const QMat& w, int64_t
 // than 8 rows each weight row meets several blocks: the weight rows go in slices of about 256 kB, so that
 // every block after the first finds the slice in L2 instead of streaming it from memory again.
 template <DType F>
-void stream_tile(float* out, int64_t ldc, const float* a, int64_t M, const QMat& w, int64_t n0, int64_t n1) {
+void stream_tile(float* out, int64_t ldc, const float* a, int64_t lda, int64_t M, const QMat& w, int64_t n0,
+                 int64_t n1) {
   const int64_t slice = M > 8 ? std::max<int64_t>(8, int64_t(256 << 10) / int64_t(w.row_bytes)) : n1 - n0;
   for (int64_t s0 = n0; s0 < n1; s0 += slice) {
     const int64_t s1 = std::min(n1, s0 + slice);
     int64_t m = 0;
-    for (; m + 8 <= M; m += 8) stream_rows<F, 8>(out + m * ldc, ldc, a + m * w.K, w, s0, s1);
-    if (M - m >= 4) stream_rows<F, 4>(out + m * ldc, ldc, a + m * w.K, w, s0, s1), m += 4;
-    if (M - m >= 2) stream_rows<F, 2>(out + m * ldc, ldc, a + m * w.K, w, s0, s1), m += 2;
-    if (M - m >= 1) stream_rows<F, 1>(out + m * ldc, ldc, a + m * w.K, w, s0, s1);
+    for (; m + 8 <= M; m += 8) stream_rows<F, 8>(out + m * ldc, ldc, a + m * lda, lda, w, s0, s1);
+    if (M - m >= 4) stream_rows<F, 4>(out + m * ldc, ldc, a + m * lda, lda, w, s0, s1), m += 4;
+    if (M - m >= 2) stream_rows<F, 2>(out + m * ldc, ldc, a + m * lda, lda, w, s0, s1), m += 2;
+    if (M - m >= 1) stream_rows<F, 1>(out + m * ldc, ldc, a + m * lda, lda, w, s0, s1);
   }
 }
 
@@ -292,19 +296,19 @@ void dequant_rows(float* out32, uint16_t* out16, const QMat& w, int64_t n0, int6
 #endif  // __AVX512F__
 
 // Rows [n0, n1) of out[M, N] (stride ldc) from a[M, K] (fp32; MXFP4: deinterleaved when AVX-512).
-void stream_tile_any(float* out, int64_t ldc, const float* a, int64_t M, const QMat& w, int64_t n0,
-                     int64_t n1) {
+void stream_tile_any(float* out, int64_t ldc, const float* a, int64_t lda, int64_t M, const QMat& w,
+                     int64_t n0, int64_t n1) {
 #if defined(__AVX512F__)
   if (w.K % 32 == 0) {
     switch (w.fmt) {
       case DType::Q8_0:
-        return stream_tile<DType::Q8_0>(out, ldc, a, M, w, n0, n1);
+        return stream_tile<DType::Q8_0>(out, ldc, a, lda, M, w, n0, n1);
       case DType::MXFP4:
-        return stream_tile<DType::MXFP4>(out, ldc, a, M, w, n0, n1);
+        return stream_tile<DType::MXFP4>(out, ldc, a, lda, M, w, n0, n1);
       case DType::F8_E4M3:
-        return stream_tile<DType::F8_E4M3>(out, ldc, a, M, w, n0, n1);
+        return stream_tile<DType::F8_E4M3>(out, ldc, a, lda, M, w, n0, n1);
       case DType::BF16:
-        return stream_tile<DType::BF16>(out, ldc, a, M, w, n0, n1);
+        return stream_tile<DType::BF16>(out, ldc, a, lda, M, w, n0, n1);
       default:
         break;
     }
@@ -321,7 +325,7 @@ void stream_tile_any(float* out, int64_t ldc, const float* a, int64_t M, const Q
   for (int64_t n = n0; n < n1; n++) {
     dequantize_row(wrow.data(), view, n);
     for (int64_t m = 0; m < M; m++) {
-      const float* am = a + m * w.K;
+      const float* am = a + m * lda;
       float acc = 0.0f;
       for (int64_t k = 0; k < w.K; k++) acc += wrow[size_t(k)] * am[k];
       out[m * ldc + n] = acc;
@@ -330,15 +334,19 @@ void stream_tile_any(float* out, int64_t ldc, const float* a, int64_t M, const Q
 }
 
 // The activations the streaming kernel reads for W's format: `in` itself, or the MXFP4 deinterleaved copy.
-const float* stream_input(const float* in, int64_t M, int64_t K, DType fmt, std::vector<float>* buf) {
+// The activations the streaming kernel reads for W's format, row m at *lda · m: `in` itself, or the MXFP4
+// deinterleaved copy.
+const float* stream_input(const float* in, int64_t M, int64_t K, DType fmt, std::vector<float>* buf,
+                          int64_t* lda) {
+  *lda = K;
 #if defined(__AVX512F__)
   if (fmt == DType::MXFP4 && K % 32 == 0) {
     buf->resize(size_t(M * K));
-    deinterleave_blocks(buf->data(), in, M, K);
+    deinterleave_blocks(buf->data(), K, in, M, K);
     return buf->data();
   }
 #endif
-  (void)M, (void)K, (void)fmt, (void)buf;
+  (void)M, (void)fmt, (void)buf;
   return in;
 }
 
@@ -476,12 +484,13 @@ void quant_linear_forward_with(QuantPath path, float* out, int64_t ldc, const fl
   if (path == QuantPath::DequantGemm) return many_rows(out, ldc, in, M, W, 0, tile);
   const QMat w = qmat(W, 0);
   thread_local std::vector<float> abuf;
-  const float* a = stream_input(in, M, w.K, w.fmt, &abuf);
+  int64_t lda = 0;
+  const float* a = stream_input(in, M, w.K, w.fmt, &abuf, &lda);
   std::vector<Tile> tiles;
   const int64_t tr = tile_rows(w.N, 1, threads_here());
   for (int64_t n0 = 0; n0 < w.N; n0 += tr) tiles.push_back({0, n0, std::min(w.N, n0 + tr)});
   run_tiles(tiles, size_t(w.N) * w.row_bytes,
-            [&](const Tile& t) { stream_tile_any(out, ldc, a, M, w, t.n0, t.n1); });
+            [&](const Tile& t) { stream_tile_any(out, ldc, a, lda, M, w, t.n0, t.n1); });
 }
 
 void quant_linear_forward(float* out, int64_t ldc, const float* in, int64_t M, const Tensor& W, DType tile) {
@@ -513,14 +522,15 @@ void quant_grouped_linear_forward(float* out, const float* in, const Tensor& W, 
   }
   if (streamed.empty()) return;
   thread_local std::vector<float> abuf;
-  const float* a = stream_input(in, T, K, W.dtype, &abuf);
+  int64_t lda = 0;
+  const float* a = stream_input(in, T, K, W.dtype, &abuf, &lda);
   std::vector<Tile> tiles;
   const int64_t tr = tile_rows(N, int64_t(streamed.size()), threads_here());
   for (int64_t e : streamed)
     for (int64_t n0 = 0; n0 < N; n0 += tr) tiles.push_back({e, n0, std::min(N, n0 + tr)});
   run_tiles(tiles, streamed.size() * size_t(N) * dtype_row_bytes(W.dtype, K), [&](const Tile& t) {
     const int64_t r0 = offsets[t.expert], rows = offsets[t.expert + 1] - r0;
-    stream_tile_any(out + r0 * N, N, a + r0 * K, rows, qmat(W, t.expert), t.n0, t.n1);
+    stream_tile_any(out + r0 * N, N, a + r0 * lda, lda, rows, qmat(W, t.expert), t.n0, t.n1);
   });
 }
 
