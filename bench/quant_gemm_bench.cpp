@@ -36,17 +36,25 @@ Tensor weights(DType fmt) {
 }
 
 // via_gemm: the BF16 weights through gemm() (oneDNN), as before the streaming kernel took decode.
-void BM_Weights(benchmark::State& state, DType fmt, bool via_gemm = false) {
+// packed: Q8_0 / MXFP4 packed for the VNNI kernel (int8 activations), as models load them.
+void BM_Weights(benchmark::State& state, DType fmt, bool via_gemm = false, bool packed = false) {
   const int64_t M = state.range(0);
-  static std::vector<Tensor> w[4];
-  const int slot = fmt == DType::BF16 ? 0 : fmt == DType::Q8_0 ? 1 : fmt == DType::MXFP4 ? 2 : 3;
+  static std::vector<Tensor> w[6];
+  const int slot = fmt == DType::BF16    ? 0
+                   : fmt == DType::Q8_0  ? (packed ? 4 : 1)
+                   : fmt == DType::MXFP4 ? (packed ? 5 : 2)
+                                         : 3;
   if (w[slot].empty()) {
     w[slot].push_back(weights(fmt));
+    if (packed) pack_for_decode(w[slot].back());
     const Tensor& w0 = w[slot][0];
     const double one = double(w0.nbytes()) + (w0.scales ? double(w0.scales->nbytes()) : 0.0);
     const char* env = std::getenv("ZAYA_BENCH_SET_MB");  // smaller: time the kernel on cached weights
     const double set = env ? std::atof(env) * double(1 << 20) : kSetBytes;
-    while (double(w[slot].size()) * one < set) w[slot].push_back(weights(fmt));
+    while (double(w[slot].size()) * one < set) {
+      w[slot].push_back(weights(fmt));
+      if (packed) pack_for_decode(w[slot].back());
+    }
   }
   const size_t kCopies = w[slot].size();
   const Tensor& W = w[slot][0];
@@ -75,6 +83,20 @@ BENCHMARK_CAPTURE(BM_Weights, bf16_gemm, DType::BF16, true)
 BENCHMARK_CAPTURE(BM_Weights, bf16, DType::BF16)->Arg(1)->Arg(4)->Arg(8)->Arg(16)->Arg(32)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Weights, q8_0, DType::Q8_0)->Arg(1)->Arg(4)->Arg(8)->Arg(16)->Arg(32)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Weights, mxfp4, DType::MXFP4)->Arg(1)->Arg(4)->Arg(8)->Arg(16)->Arg(32)->UseRealTime();
+BENCHMARK_CAPTURE(BM_Weights, q8_0_vnni, DType::Q8_0, false, true)
+    ->Arg(1)
+    ->Arg(4)
+    ->Arg(8)
+    ->Arg(16)
+    ->Arg(32)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_Weights, mxfp4_vnni, DType::MXFP4, false, true)
+    ->Arg(1)
+    ->Arg(4)
+    ->Arg(8)
+    ->Arg(16)
+    ->Arg(32)
+    ->UseRealTime();
 BENCHMARK_CAPTURE(BM_Weights, fp8, DType::F8_E4M3)->Arg(1)->Arg(4)->Arg(8)->Arg(16)->Arg(32)->UseRealTime();
 
 }  // namespace

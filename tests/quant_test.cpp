@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <random>
 #include <vector>
 
@@ -262,6 +263,124 @@ TEST(QuantGemm, GroupedEqualsPerExpert) {
       }
     }
   }
+}
+
+// ---- The VNNI kernel over packed weights (int8 activations) ----
+
+constexpr DType kPacked[] = {DType::Q8_0, DType::MXFP4};
+
+// W quantized and packed for the VNNI kernel; skips the test on CPUs without AVX512-VNNI (no pack made).
+#define PACKED_OR_SKIP(W) \
+  pack_for_decode(W);     \
+  if (!has_decode_pack(W)) GTEST_SKIP() << "no AVX512-VNNI decode kernel on this CPU"
+
+// The activations the kernel uses, dequantized: q · d per block.
+std::vector<float> dequantized_activations(const ActQ8& aq, int64_t M, int64_t K) {
+  std::vector<float> out(size_t(M * K));
+  for (int64_t i = 0; i < M * K; i++) out[size_t(i)] = float(aq.q[size_t(i)]) * aq.d[size_t(i / 32)];
+  return out;
+}
+
+// Equal to the fp64 product of the dequantized weights with the dequantized int8 activations within 1e-5
+// of Σ|w·a| (the integer dots are exact; the fp32 scaling and sum round); and the error the activations'
+// rounding adds, against fp32 activations, stays under its bound Σ_k |w_k| · d_b(k) / 2 (half a step per
+// element). The largest ratio of that error to Σ|w·a| is printed: issue 14's separate report.
+TEST(QuantGemm, PackedEqualsQuantizedActivationProduct) {
+  for (DType f : kPacked) {
+    double worst_act_error = 0;
+    for (int64_t K : {32, 96, 2048}) {
+      const int64_t N = 48;
+      Tensor W = weight_in(f, {N, K}, 31 + uint32_t(K));
+      PACKED_OR_SKIP(W);
+      for (int64_t M : {1, 2, 3, 5, 8, 13, 16, 17, 40}) {
+        Tensor a = random_f32({M, K}, 37 + uint32_t(M));
+        ActQ8 aq;
+        quantize_activations(&aq, a.f32(), M, K);
+        const std::vector<float> ad = dequantized_activations(aq, M, K);
+        std::vector<double> want, bound;
+        reference(&want, &bound, W, 0, ad.data(), M);
+        std::vector<float> got(size_t(M * N), NAN);
+        quant_linear_forward_with(QuantPath::Stream, got.data(), N, a.f32(), M, W);
+        EXPECT_LE(worst_ratio(got.data(), want, bound), 1.0)
+            << quant_scheme_name(f) << " K=" << K << " M=" << M;
+        // Against fp32 activations.
+        std::vector<double> exact, mag;
+        reference(&exact, &mag, W, 0, a.f32(), M);
+        std::vector<float> wrow(static_cast<size_t>(K));
+        for (int64_t n = 0; n < N; n++) {
+          dequantize_row(wrow.data(), W, n);
+          for (int64_t m = 0; m < M; m++) {
+            double step = 0;
+            for (int64_t k = 0; k < K; k++)
+              step += std::fabs(wrow[size_t(k)]) * aq.d[size_t((m * K + k) / 32)] / 2;
+            const double err = std::fabs(double(got[size_t(m * N + n)]) - exact[size_t(m * N + n)]);
+            const double sum_mag = mag[size_t(m * N + n)] / 1e-5;
+            EXPECT_LE(err, step + mag[size_t(m * N + n)]) << quant_scheme_name(f) << " K=" << K << " m=" << m;
+            worst_act_error = std::max(worst_act_error, err / sum_mag);
+          }
+        }
+      }
+    }
+    std::printf("  %s weights: activation int8 rounding adds at most %.2e of sum|w*a| to an output\n",
+                quant_scheme_name(f), worst_act_error);
+  }
+}
+
+// Bitwise the same rows whatever M, for the packed kernel too (the serving engine's batch invariance).
+TEST(QuantGemm, PackedIsBatchInvariant) {
+  for (DType f : kPacked) {
+    const int64_t N = 1024, K = 2048, M = 19;
+    Tensor W = weight_in(f, {N, K}, 41);
+    PACKED_OR_SKIP(W);
+    Tensor a = random_f32({M, K}, 42);
+    std::vector<float> all(size_t(M * N));
+    quant_linear_forward_with(QuantPath::Stream, all.data(), N, a.f32(), M, W);
+    for (int64_t m = 0; m < M; m++) {
+      std::vector<float> one(static_cast<size_t>(N));
+      quant_linear_forward_with(QuantPath::Stream, one.data(), N, a.f32() + m * K, 1, W);
+      EXPECT_EQ(0, std::memcmp(one.data(), all.data() + m * N, size_t(N) * 4))
+          << quant_scheme_name(f) << " m=" << m;
+    }
+  }
+}
+
+// Experts: packed grouped rows equal the packed single-matrix product of their expert, bitwise.
+TEST(QuantGemm, PackedGroupedEqualsPerExpert) {
+  for (DType f : kPacked) {
+    const int64_t E = 5, N = 48, K = 128;
+    Tensor W = weight_in(f, {E, N, K}, 51);
+    PACKED_OR_SKIP(W);
+    const std::vector<int64_t> counts{3, 0, 1, 9, 2};
+    std::vector<int64_t> offsets{0};
+    for (int64_t c : counts) offsets.push_back(offsets.back() + c);
+    const int64_t T = offsets.back();
+    Tensor a = random_f32({T, K}, 52);
+    std::vector<float> got(size_t(T * N), NAN);
+    grouped_linear_forward(got.data(), a.f32(), W, offsets.data(), E);
+    for (int64_t e = 0; e < E; e++) {
+      const int64_t rows = counts[size_t(e)];
+      if (rows == 0) continue;
+      Tensor We = quant_rows(W, e * N, N);
+      pack_for_decode(We);
+      std::vector<float> want(size_t(rows * N));
+      quant_linear_forward_with(QuantPath::Stream, want.data(), N, a.f32() + offsets[e] * K, rows, We);
+      EXPECT_EQ(0, std::memcmp(want.data(), got.data() + offsets[e] * N, want.size() * 4))
+          << quant_scheme_name(f) << " expert " << e;
+    }
+  }
+}
+
+// Rows that are not whole groups of 16 keep the fp32 kernel; NaN activations stay NaN on the packed one.
+TEST(QuantGemm, PackedEdgeCases) {
+  Tensor odd = quantize(random_f32({40, 64}, 61), DType::Q8_0);
+  pack_for_decode(odd);
+  EXPECT_FALSE(has_decode_pack(odd));
+  Tensor W = quantize(random_f32({16, 64}, 62), DType::MXFP4);
+  PACKED_OR_SKIP(W);
+  std::vector<float> a(64, 1.0f), out(16);
+  a[40] = NAN;
+  quant_linear_forward(out.data(), 16, a.data(), 1, W);
+  for (float v : out) EXPECT_TRUE(std::isnan(v));
 }
 
 TEST(QuantGemm, NanActivationIsNotHidden) {

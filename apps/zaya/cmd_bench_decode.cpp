@@ -58,6 +58,7 @@ void quantize_in_memory(ZayaModel& m, DType fmt, const std::string& what) {
   }
   if (m.cfg.tie_word_embeddings) m.w.lm_head = m.w.embed;
   fuse_qkv(m.cfg, m.w);
+  pack_decode_weights(m.w);
 }
 
 // Bytes a decode step of B tokens reads besides the experts: every layer's non-expert tensors (attention,

@@ -28,6 +28,9 @@ struct Tensor {
   // Quantized weights (core/quant.h): one scale per block of the last dim, shape [..., rows, cols / 32] for
   // Q8_0 (F16) and MXFP4 (U8, E8M0), [..., rows, 1] for F8_E4M3 (F32, per row). Null for float tensors.
   std::shared_ptr<const Tensor> scales;
+  // A derived copy of the weights re-laid for the decode kernels (kernels/quant_gemm.h: pack_for_decode),
+  // or null. Kernels that do not know it read `data`; clone() drops it (a clone is made to be modified).
+  std::shared_ptr<const void> decode_pack;
 
   Tensor() = default;
   static Tensor empty(DType dtype, const Shape& shape);  // zero-filled

@@ -40,6 +40,31 @@ void quant_linear_forward(float* out, int64_t ldc, const float* in, int64_t M, c
 void quant_grouped_linear_forward(float* out, const float* in, const Tensor& W, const int64_t* offsets,
                                   int64_t E, DType tile = DType::BF16);
 
+// The VNNI decode kernel (AVX512-VNNI CPUs; Q8_0 and MXFP4 weights with N a multiple of 16).
+//
+// pack_for_decode re-lays W ([N, K] or [E, N, K]) in groups of 16 rows, block by block: for Q8_0 eight
+// 64-byte vectors (16 rows x 4 consecutive elements, as u8 = w + 128) then the 16 rows' fp16 scales; for
+// MXFP4 four 64-byte vectors (16 rows x 4 bytes; byte j of vector p holds elements 4p + j in its low nibble
+// and 4p + 16 + j in its high one) then the 16 rows' E8M0 scales. A group's blocks follow each other, so a
+// group streams from memory front to back. The copy is attached to W.decode_pack; W keeps its own data (the
+// prefill path and everything else read that). Other weights and CPUs are left as they are.
+//
+// With a pack, the streaming path quantizes the activations per block of 32 to int8 (scale amax / 127,
+// round to nearest even: ggml's Q8_0 activations) and forms each block's integer dot product for 16 weight
+// rows at once with vpdpbusd; out[m, n] = Σ_b float(Σ_k w_q·a_q) · (s_w(n, b) · s_a(m, b)), one fma per
+// block in block order: exact integer dots, fp32 rounding after, and the same sum for a row whatever the
+// other rows (batch invariant). Its only added error is the activations' rounding to int8.
+void pack_for_decode(Tensor& W);
+bool has_decode_pack(const Tensor& W);
+
+// Activations as the VNNI kernel uses them: q[M, K] int8, d[M, K / 32] the block scales (a ≈ q · d).
+struct ActQ8 {
+  std::vector<int8_t> q;
+  std::vector<float> d;
+  std::vector<int32_t> neg_sum128;  // [M, K / 32]: -128 · Σ q over the block (the u8 weights' offset)
+};
+void quantize_activations(ActQ8* out, const float* in, int64_t M, int64_t K);
+
 // How a call is computed (tests and benchmarks): Auto picks by M and the batch-invariant mode.
 enum class QuantPath { Auto, Stream, DequantGemm };
 void quant_linear_forward_with(QuantPath path, float* out, int64_t ldc, const float* in, int64_t M,

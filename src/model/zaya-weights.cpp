@@ -8,6 +8,7 @@
 #include "core/quant.h"
 #include "io/checkpoint_files.h"
 #include "io/quant_checkpoint.h"
+#include "kernels/quant_gemm.h"
 
 namespace zaya {
 
@@ -318,7 +319,17 @@ ZayaWeights load_weights(const std::string& dir, const ZayaConfig& cfg, DType co
   ZAYA_CHECK(quant.format == DType::F32 || quantized > 0, dir, ": config.json declares ", quant.format_name,
              " weights but no tensor has a weight_scale");
   fuse_qkv(cfg, w);
+  pack_decode_weights(w);
   return w;
+}
+
+void pack_decode_weights(ZayaWeights& w) {
+  for (ZayaLayerWeights& l : w.layers) {
+    for (Tensor* t : {&l.qkv, &l.o_proj, &l.router_down, &l.router_fc1, &l.router_fc2, &l.router_out,
+                      &l.experts_gate_up, &l.experts_down})
+      pack_for_decode(*t);
+  }
+  pack_for_decode(w.lm_head);
 }
 
 void fuse_qkv(const ZayaConfig& c, ZayaWeights& w) {

@@ -78,6 +78,11 @@ ZayaWeights load_weights(const std::string& dir, const ZayaConfig& cfg, DType co
 // matrix and re-points the four named tensors at views of it. Called by every way of making weights.
 void fuse_qkv(const ZayaConfig& cfg, ZayaWeights& w);
 
+// Attaches the VNNI decode kernel's packed copy (kernels/quant_gemm.h: pack_for_decode) to every Q8_0 and
+// MXFP4 matrix a decode step reads: q/k/v, o, router, experts, head. Float weights are left alone. Called by
+// load_weights; memory: one more copy of those matrices (the checkpoint's own pages stay for prefill).
+void pack_decode_weights(ZayaWeights& w);
+
 // Checks the skip-class condition of spec §5.7 per layer: true when max_{e<E} β_e >= β_E + 1, i.e. the skip
 // class can never win and all skip semantics agree.
 std::vector<bool> skip_never_chosen(const ZayaConfig& cfg, const ZayaWeights& w);
