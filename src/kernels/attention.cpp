@@ -11,6 +11,7 @@
 #include "core/profile.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_small.h"
+#include "kernels/vec_math.h"
 
 namespace zaya {
 
@@ -52,20 +53,6 @@ namespace {
 
 // Few queries (decode, short chunks): dot products per query, no GEMM (whose primitives are per shape and
 // the key count changes every step).
-// Σ_i x[i]·y[i] over n floats. (An `omp simd` reduction left a 16-add scalar tail per call: 40% of a
-// decode token's attention at d = 128.)
-inline float dot_f32(const float* x, const float* y, int64_t n) {
-  int64_t i = 0;
-  float s = 0.f;
-#if defined(__AVX512F__)
-  __m512 acc = _mm512_setzero_ps();
-  for (; i + 16 <= n; i += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i), acc);
-  s = _mm512_reduce_add_ps(acc);
-#endif
-  for (; i < n; i++) s += x[i] * y[i];
-  return s;
-}
-
 // o[0, d) = Σ_{j in [first, last], p[j] != 0} p[j] · v[j·d, (j+1)·d), summed over j in order for each
 // element; 128 elements at a time kept in registers across the keys (a store per key and vector cost 30%
 // before).

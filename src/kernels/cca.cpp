@@ -6,6 +6,7 @@
 #include "core/profile.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_small.h"
+#include "kernels/vec_math.h"
 
 namespace zaya {
 
@@ -28,16 +29,32 @@ void cca_conv_forward(float* out, float* mid, const float* frames, const float* 
   // j. Per group g and tap j this is a GEMM: out[:, g·d:(g+1)·d] += mid[j : j+S, g·d:(g+1)·d] · W1[g·d:…, :,
   // j]ᵀ, with the tap-major weights w1t[j][o][c'] re-laid from [o][c'][j].
   const int64_t groups = dm.Hq + dm.Hk;
+  // Decode and short chunks (S < 16): per group, the taps' inputs side by side (x[c'·t1 + j] =
+  // m_{t-t1+1+j}[g·d + c']) and one dot product per output over the weights as stored ([o][c'][j], rows of
+  // d·t1), threaded over groups. A GEMM per group and tap would be all call overhead; strided scalar loops
+  // over ZAYA1-8B's 1.3 MB of conv weights cost 0.3 ms a layer.
+  if (!gemm_batch_invariant() && S < 16) {
+    const int64_t K = d * t1;
+#pragma omp parallel for schedule(static) if (S * C * K > (int64_t(1) << 17))
+    for (int64_t g = 0; g < groups; g++) {
+      thread_local std::vector<float> x;
+      x.resize(K);
+      for (int64_t t = 0; t < S; t++) {
+        for (int64_t c = 0; c < d; c++)
+          for (int64_t j = 0; j < t1; j++) x[c * t1 + j] = mid[(t + j) * C + g * d + c];
+        for (int64_t o = g * d; o < (g + 1) * d; o++)
+          out[t * C + o] = b1[o] + dot_f32(w1 + o * K, x.data(), K);
+      }
+    }
+    return;
+  }
   // Batch-invariant mode (gemm.h): one path for every call, decode included, so that a position's output
   // does not depend on how many positions share the call (prefill chunks are cut by the scheduler's token
-  // budget, which depends on the other sequences). Per group, the taps' inputs side by side (x[t][c'·t1 + j]
-  // = m_{t-t1+1+j}[g·d + c']) times the weights as stored ([o][c'][j], rows of d·t1): one dot-form product
-  // per group on zaya's small kernel (a fixed order per element over the d·t1 terms, whatever S;
-  // gemm_small.h), with no re-laid weights and no dispatch: a decode step's convolution ran a 330 kB weight
-  // transpose, a parallel region and 20 gemm() calls per layer (236 vs 50 us a call for mid.json).
-  // Decode and short chunks (S < 16) take this path too: a GEMM per group and tap would be all call
-  // overhead, and strided scalar loops over the 1.3 MB of ZAYA1-8B's conv weights cost 0.3 ms a layer.
-  if (gemm_batch_invariant() || S < 16) {
+  // budget, which depends on the other sequences). The same side-by-side inputs, one dot-form product per
+  // group on zaya's small kernel (a fixed order per element over the d·t1 terms, whatever S; gemm_small.h),
+  // with no re-laid weights and no dispatch: a decode step's convolution ran a 330 kB weight transpose, a
+  // parallel region and 20 gemm() calls per layer (236 vs 50 us a call for mid.json).
+  if (gemm_batch_invariant()) {
     const int64_t K = d * t1;
 #pragma omp parallel for schedule(dynamic, 1) if (S * C * K > (int64_t(1) << 18))
     for (int64_t g = 0; g < groups; g++) {

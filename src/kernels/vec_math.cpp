@@ -68,6 +68,18 @@ float exp_f32(float x) {
 #endif
 }
 
+float dot_f32(const float* x, const float* y, int64_t n) {
+  int64_t i = 0;
+  float s = 0.f;
+#if defined(__AVX512F__)
+  __m512 acc = _mm512_setzero_ps();
+  for (; i + 16 <= n; i += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i), acc);
+  s = _mm512_reduce_add_ps(acc);
+#endif
+  for (; i < n; i++) s += x[i] * y[i];
+  return s;
+}
+
 float row_max(const float* x, int64_t n) {
   float mx = -std::numeric_limits<float>::infinity();
   int64_t i = 0;

@@ -1,6 +1,6 @@
 // Vectorised row primitives for softmax-like loops (cross-entropy, attention): max, exp with a shift and a
-// double-precision sum, scaling. AVX-512 when the build targets it, plain loops otherwise; both give the same
-// results to within the exp error below.
+// double-precision sum, scaling, dot products. AVX-512 when the build targets it, plain loops otherwise; both
+// give the same results to within the exp error below.
 //
 // exp accuracy: |exp_f32(x) − exp(x)| ≤ 2 ulp of fp32 on [−87, 88] (Cephes polynomial on |r| ≤ ln2/2 after
 // the exact 2^n split; tested in tests/kernels_test.cpp). Inputs below −104 give 0, +inf stays +inf, NaN
@@ -20,6 +20,9 @@ double exp_shift_sum(float* out, const float* x, int64_t n, float shift);
 
 // x[i] *= s.
 void scale_row(float* x, int64_t n, float s);
+
+// Σ x[i]·y[i] over n floats (16-lane fma chains, then the lanes summed; the tail in order).
+float dot_f32(const float* x, const float* y, int64_t n);
 
 // One exp, same polynomial as exp_shift_sum (tests compare it with std::exp).
 float exp_f32(float x);
