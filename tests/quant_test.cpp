@@ -370,6 +370,25 @@ TEST(QuantGemm, PackedGroupedEqualsPerExpert) {
   }
 }
 
+// Prefill dequantizes from the pack when there is one (so the checkpoint's pages can go): bitwise the same
+// tiles, bf16 and fp32, as from the checkpoint's own layout.
+TEST(QuantGemm, PackedPrefillEqualsUnpacked) {
+  for (DType f : kPacked) {
+    const int64_t N = 64, K = 288, M = 40;
+    Tensor W = weight_in(f, {N, K}, 71);
+    Tensor Wp = W;
+    PACKED_OR_SKIP(Wp);
+    Tensor a = random_f32({M, K}, 72);
+    for (DType tile : {DType::BF16, DType::F32}) {
+      std::vector<float> want(size_t(M * N)), got(size_t(M * N));
+      quant_linear_forward_with(QuantPath::DequantGemm, want.data(), N, a.f32(), M, W, tile);
+      quant_linear_forward_with(QuantPath::DequantGemm, got.data(), N, a.f32(), M, Wp, tile);
+      EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * 4))
+          << quant_scheme_name(f) << " " << dtype_name(tile);
+    }
+  }
+}
+
 // Rows that are not whole groups of 16 keep the fp32 kernel; NaN activations stay NaN on the packed one.
 TEST(QuantGemm, PackedEdgeCases) {
   Tensor odd = quantize(random_f32({40, 64}, 61), DType::Q8_0);

@@ -1,6 +1,9 @@
 // Quantized-weight products: the streaming kernel (decode) and the dequantize-then-GEMM path (prefill).
 #include "kernels/quant_gemm.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -345,6 +348,14 @@ void pack_group(uint8_t* dst, const QMat& w, int64_t g) {
   }
 }
 
+// The whole pages inside [p, p + n) handed back (MADV_PAGEOUT keeps contents: anonymous pages would be
+// swapped, file pages dropped). A hint: failure (an old kernel) changes nothing but memory use.
+void release_pages(const void* p, size_t n) {
+  const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (uintptr_t(p) + page - 1) / page * page, end = (uintptr_t(p) + n) / page * page;
+  if (end > begin) (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_PAGEOUT);
+}
+
 const DecodePack* decode_pack_of(const Tensor& W) {
   return static_cast<const DecodePack*>(W.decode_pack.get());
 }
@@ -437,6 +448,64 @@ void packed_tile_any(float* out, int64_t ldc, const ActQ8& a, int64_t m0, int64_
                      int64_t e, int64_t n0, int64_t n1) {
   if (p.fmt == DType::Q8_0) return packed_tile<DType::Q8_0>(out, ldc, a, m0, M, p, e, n0, n1);
   packed_tile<DType::MXFP4>(out, ldc, a, m0, M, p, e, n0, n1);
+}
+
+// Rows [n0, n0 + rows) of expert e dequantized from the pack into out32 or out16 ([rows, K]): bit for bit
+// what dequant_rows gives from the checkpoint's own layout (the same element value times the same scale,
+// rounded once), so prefill never needs the original pages once a pack exists.
+template <DType F>
+void dequant_packed_rows(float* out32, uint16_t* out16, const DecodePack& p, int64_t e, int64_t n0,
+                         int64_t rows) {
+  const int64_t K = p.K;
+  const __m256i q_offsets = _mm256_setr_epi32(0, 64, 128, 192, 256, 320, 384, 448);
+  const __m128i p_offsets = _mm_setr_epi32(0, 64, 128, 192);
+  const __m512 table = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f, -1.0f,
+                                      -1.5f, -2.0f, -3.0f, -4.0f, -6.0f);
+  for (int64_t r = 0; r < rows; r++) {
+    const int64_t n = n0 + r, lane = n % 16;
+    const uint8_t* grp = p.group(e, n / 16);
+    for (int64_t b = 0; b < p.nb; b++) {
+      const uint8_t* blk = grp + size_t(b) * p.block_bytes;
+      __m512 lo, hi;
+      float d;
+      if constexpr (F == DType::Q8_0) {
+        // The row's 8 dwords (4 elements each), one per 64-byte vector; back from u8 = w + 128 to int8.
+        const __m256i v = _mm256_xor_si256(
+            _mm256_i32gather_epi32(reinterpret_cast<const int*>(blk + 4 * lane), q_offsets, 1),
+            _mm256_set1_epi8(char(0x80)));
+        lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(v)));
+        hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(v, 1)));
+        uint16_t h;
+        std::memcpy(&h, blk + 512 + 2 * lane, 2);
+        d = f16_to_f32(h);
+      } else {
+        // 4 dwords of nibble pairs: low nibbles are elements 0..15, high nibbles 16..31.
+        const __m512i bytes = _mm512_cvtepu8_epi32(
+            _mm_i32gather_epi32(reinterpret_cast<const int*>(blk + 4 * lane), p_offsets, 1));
+        lo = _mm512_permutexvar_ps(bytes, table);
+        hi = _mm512_permutexvar_ps(_mm512_srli_epi32(bytes, 4), table);
+        d = e8m0_to_f32(blk[256 + lane]);
+      }
+      const __m512 dv = _mm512_set1_ps(d);
+      lo = _mm512_mul_ps(lo, dv);
+      hi = _mm512_mul_ps(hi, dv);
+      const int64_t at = r * K + b * 32;
+      if (out32) {
+        _mm512_storeu_ps(out32 + at, lo);
+        _mm512_storeu_ps(out32 + at + 16, hi);
+      } else {
+#if defined(__AVX512BF16__)
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out16 + at), (__m256i)_mm512_cvtneps_pbh(lo));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out16 + at + 16), (__m256i)_mm512_cvtneps_pbh(hi));
+#else
+        alignas(64) float t[32];
+        _mm512_store_ps(t, lo);
+        _mm512_store_ps(t + 16, hi);
+        for (int j = 0; j < 32; j++) out16[at + j] = f32_to_bf16(t[j]);
+#endif
+      }
+    }
+  }
 }
 
 #endif  // __AVX512VNNI__
@@ -543,6 +612,15 @@ void dequant_tile(float* out32, uint16_t* out16, const Tensor& W, int64_t expert
     const int64_t nr = std::min<int64_t>(16, rows - r0);
     float* o32 = out32 ? out32 + r0 * w.K : nullptr;
     uint16_t* o16 = out16 ? out16 + r0 * w.K : nullptr;
+#if defined(ZAYA_DECODE_VNNI)
+    if (const DecodePack* p = decode_pack_of(W)) {
+      if (p->fmt == DType::Q8_0)
+        dequant_packed_rows<DType::Q8_0>(o32, o16, *p, expert, n0 + r0, nr);
+      else
+        dequant_packed_rows<DType::MXFP4>(o32, o16, *p, expert, n0 + r0, nr);
+      continue;
+    }
+#endif
 #if defined(__AVX512F__)
     if (w.K % 32 == 0) {
       switch (w.fmt) {
@@ -652,7 +730,7 @@ void quantize_activations(ActQ8* out, const float* in, int64_t M, int64_t K) {
   }
 }
 
-void pack_for_decode(Tensor& W) {
+void pack_for_decode(Tensor& W, bool release_source) {
 #if defined(ZAYA_DECODE_VNNI)
   if (W.decode_pack || (W.dtype != DType::Q8_0 && W.dtype != DType::MXFP4)) return;
   if (W.ndim() != 2 && W.ndim() != 3) return;
@@ -676,8 +754,12 @@ void pack_for_decode(Tensor& W) {
     pack_group(static_cast<uint8_t*>(mem) + size_t(i) * group_bytes, qmat(W, e), g);
   }
   W.decode_pack = p;
+  if (release_source) {
+    release_pages(W.data, W.nbytes());
+    if (W.scales) release_pages(W.scales->data, W.scales->nbytes());
+  }
 #else
-  (void)W;
+  (void)W, (void)release_source;
 #endif
 }
 

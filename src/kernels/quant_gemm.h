@@ -54,7 +54,11 @@ void quant_grouped_linear_forward(float* out, const float* in, const Tensor& W, 
 // rows at once with vpdpbusd; out[m, n] = Σ_b float(Σ_k w_q·a_q) · (s_w(n, b) · s_a(m, b)), one fma per
 // block in block order: exact integer dots, fp32 rounding after, and the same sum for a row whatever the
 // other rows (batch invariant). Its only added error is the activations' rounding to int8.
-void pack_for_decode(Tensor& W);
+// release_source: afterwards, hand W's own pages (elements and scales) back to the OS (MADV_PAGEOUT: a hint
+// that keeps the contents; a memory-mapped checkpoint's pages are simply dropped and would be read again
+// from the file if anything touched them). Decode and prefill both read the pack then, so a loaded quantized
+// model holds its quantized weights once, not twice.
+void pack_for_decode(Tensor& W, bool release_source = false);
 bool has_decode_pack(const Tensor& W);
 
 // Activations as the VNNI kernel uses them: q[M, K] int8, d[M, K / 32] the block scales (a ≈ q · d).

@@ -319,17 +319,17 @@ ZayaWeights load_weights(const std::string& dir, const ZayaConfig& cfg, DType co
   ZAYA_CHECK(quant.format == DType::F32 || quantized > 0, dir, ": config.json declares ", quant.format_name,
              " weights but no tensor has a weight_scale");
   fuse_qkv(cfg, w);
-  pack_decode_weights(w);
+  pack_decode_weights(w, /*release_source=*/true);
   return w;
 }
 
-void pack_decode_weights(ZayaWeights& w) {
+void pack_decode_weights(ZayaWeights& w, bool release_source) {
   for (ZayaLayerWeights& l : w.layers) {
     for (Tensor* t : {&l.qkv, &l.o_proj, &l.router_down, &l.router_fc1, &l.router_fc2, &l.router_out,
                       &l.experts_gate_up, &l.experts_down})
-      pack_for_decode(*t);
+      pack_for_decode(*t, release_source);
   }
-  pack_for_decode(w.lm_head);
+  pack_for_decode(w.lm_head, release_source);
 }
 
 void fuse_qkv(const ZayaConfig& c, ZayaWeights& w) {

@@ -80,8 +80,9 @@ void fuse_qkv(const ZayaConfig& cfg, ZayaWeights& w);
 
 // Attaches the VNNI decode kernel's packed copy (kernels/quant_gemm.h: pack_for_decode) to every Q8_0 and
 // MXFP4 matrix a decode step reads: q/k/v, o, router, experts, head. Float weights are left alone. Called by
-// load_weights; memory: one more copy of those matrices (the checkpoint's own pages stay for prefill).
-void pack_decode_weights(ZayaWeights& w);
+// load_weights, which also releases the checkpoint's pages of the packed matrices (prefill dequantizes from
+// the pack too), so the quantized weights are held once.
+void pack_decode_weights(ZayaWeights& w, bool release_source = false);
 
 // Checks the skip-class condition of spec §5.7 per layer: true when max_{e<E} β_e >= β_E + 1, i.e. the skip
 // class can never win and all skip semantics agree.
