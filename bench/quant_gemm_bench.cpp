@@ -2,7 +2,9 @@
 // ZAYA1-8B-shaped expert matrices (gate_up: [4096, 2048], 16 MB in bf16), copies totalling 1.5 GiB used in
 // turn so that the weights come from memory, not from the last-level cache: GB/s of weights read (elements
 // plus scales) per call, at the row counts of decode (1, 4, 16) and the prefill switch-over (32 rows, where
-// the dequantize-to-bf16 GEMM takes over). Compare with `zaya bench decode`'s measured read bandwidth.
+// the dequantize-to-bf16 GEMM takes over). The `bf16` / `fp8` rows are what decode picks on this CPU; the
+// `_f32stream` / `_dot` rows pin the fp32 streaming or the bf16 dot kernel. Compare with `zaya bench
+// decode`'s measured read bandwidth.
 //
 //   ./bench/quant_gemm_bench --benchmark_repetitions=3 --benchmark_enable_random_interleaving=true
 #include <benchmark/benchmark.h>
@@ -37,8 +39,14 @@ Tensor weights(DType fmt) {
 
 // via_gemm: the BF16 weights through gemm() (oneDNN), as before the streaming kernel took decode.
 // packed: Q8_0 / MXFP4 packed for the VNNI kernel (int8 activations), as models load them.
-void BM_Weights(benchmark::State& state, DType fmt, bool via_gemm = false, bool packed = false) {
+// path: Auto is what decode picks on this CPU (bf16 compute); StreamF32 / Bf16Dot pin one kernel.
+void BM_Weights(benchmark::State& state, DType fmt, bool via_gemm = false, bool packed = false,
+                QuantPath path = QuantPath::Auto) {
   const int64_t M = state.range(0);
+  if (path == QuantPath::Bf16Dot && !quant_bf16_dot_available()) {
+    state.SkipWithError("this build has no AVX512-BF16 dot kernel");
+    return;
+  }
   static std::vector<Tensor> w[6];
   const int slot = fmt == DType::BF16    ? 0
                    : fmt == DType::Q8_0  ? (packed ? 4 : 1)
@@ -65,7 +73,7 @@ void BM_Weights(benchmark::State& state, DType fmt, bool via_gemm = false, bool 
     if (via_gemm) {
       linear_forward(out.data(), in.data(), Wi, nullptr, M);
     } else {
-      quant_linear_forward(out.data(), kN, in.data(), M, Wi);
+      quant_linear_forward_with(path, out.data(), kN, in.data(), M, Wi);
     }
     benchmark::DoNotOptimize(out.data());
   }
@@ -98,6 +106,31 @@ BENCHMARK_CAPTURE(BM_Weights, mxfp4_vnni, DType::MXFP4, false, true)
     ->Arg(32)
     ->UseRealTime();
 BENCHMARK_CAPTURE(BM_Weights, fp8, DType::F8_E4M3)->Arg(1)->Arg(4)->Arg(8)->Arg(16)->Arg(32)->UseRealTime();
+// One kernel each for BF16 and FP8 weights: the fp32 streaming kernel and the bf16 dot kernel.
+BENCHMARK_CAPTURE(BM_Weights, bf16_f32stream, DType::BF16, false, false, QuantPath::StreamF32)
+    ->Arg(1)
+    ->Arg(4)
+    ->Arg(8)
+    ->Arg(16)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_Weights, bf16_dot, DType::BF16, false, false, QuantPath::Bf16Dot)
+    ->Arg(1)
+    ->Arg(4)
+    ->Arg(8)
+    ->Arg(16)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_Weights, fp8_f32stream, DType::F8_E4M3, false, false, QuantPath::StreamF32)
+    ->Arg(1)
+    ->Arg(4)
+    ->Arg(8)
+    ->Arg(16)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_Weights, fp8_dot, DType::F8_E4M3, false, false, QuantPath::Bf16Dot)
+    ->Arg(1)
+    ->Arg(4)
+    ->Arg(8)
+    ->Arg(16)
+    ->UseRealTime();
 
 }  // namespace
 }  // namespace zaya

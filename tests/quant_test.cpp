@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -176,7 +177,7 @@ TEST(QuantFormat, MalformedScalesAreErrors) {
   EXPECT_THROW(quantize(random_f32({4, 40}, 1), DType::MXFP4), Error);  // 40 is not whole blocks
 }
 
-// The streaming kernel at every row count a decode step or a prefill chunk gives, for each format.
+// The fp32 streaming kernel at every row count a decode step or a prefill chunk gives, for each format.
 TEST(QuantGemm, StreamEqualsDequantizedProduct) {
   for (DType f : kStreamed) {
     for (int64_t K : {32, 96, 544, 2048}) {
@@ -187,7 +188,7 @@ TEST(QuantGemm, StreamEqualsDequantizedProduct) {
         std::vector<double> want, bound;
         reference(&want, &bound, W, 0, a.f32(), M);
         std::vector<float> got(size_t(M * N), NAN);
-        quant_linear_forward_with(QuantPath::Stream, got.data(), N, a.f32(), M, W);
+        quant_linear_forward_with(QuantPath::StreamF32, got.data(), N, a.f32(), M, W);
         EXPECT_LE(worst_ratio(got.data(), want, bound), 1.0)
             << quant_scheme_name(f) << " K=" << K << " M=" << M;
       }
@@ -216,7 +217,8 @@ TEST(QuantGemm, DequantGemmEqualsBf16Product) {
   }
 }
 
-// Row m of the result depends on row m of the input only: bitwise equal whatever M and the thread count.
+// The fp32 streaming kernel: row m of the result depends on row m of the input only, bitwise equal whatever
+// M and the thread count.
 TEST(QuantGemm, StreamIsBatchInvariant) {
   // The second shape has weight rows of 4-8 kB: a thread's tile spans several of the 256 kB slices that
   // rows beyond 8 revisit in L2, so the slicing is covered too.
@@ -226,10 +228,10 @@ TEST(QuantGemm, StreamIsBatchInvariant) {
       Tensor W = weight_in(f, {N, K}, 9);
       Tensor a = random_f32({M, K}, 10);
       std::vector<float> all(size_t(M * N));
-      quant_linear_forward_with(QuantPath::Stream, all.data(), N, a.f32(), M, W);
+      quant_linear_forward_with(QuantPath::StreamF32, all.data(), N, a.f32(), M, W);
       for (int64_t m = 0; m < M; m++) {
         std::vector<float> one(static_cast<size_t>(N));
-        quant_linear_forward_with(QuantPath::Stream, one.data(), N, a.f32() + m * K, 1, W);
+        quant_linear_forward_with(QuantPath::StreamF32, one.data(), N, a.f32() + m * K, 1, W);
         EXPECT_EQ(0, std::memcmp(one.data(), all.data() + m * N, size_t(N) * 4))
             << quant_scheme_name(f) << " m=" << m;
       }
@@ -262,6 +264,127 @@ TEST(QuantGemm, GroupedEqualsPerExpert) {
             << quant_scheme_name(f) << " expert " << e << " rows " << rows;
       }
     }
+  }
+}
+
+// ---- The bf16 dot kernel (BF16 / FP8 weights, activations rounded to bf16) ----
+
+constexpr DType kDotted[] = {DType::BF16, DType::F8_E4M3};
+
+#define BF16_DOT_OR_SKIP() \
+  if (!quant_bf16_dot_available()) GTEST_SKIP() << "this build has no AVX512-BF16 dot kernel"
+
+// Equal to the fp64 product of the dequantized weights with the activations the kernel uses (rounded to
+// bf16) within 1e-5 of Σ|w·a|, at every row count (register blocks of 1 to 6 rows and their remainders)
+// and K of 1 to 64 blocks. The error the rounding of the activations adds, against fp32 activations, stays
+// under 2^-8 of Σ|w·a| (each product moves by at most 2^-9 of itself, the bf16 half-ulp); its largest ratio
+// to Σ|w·a| is printed (issue 14's separate report).
+TEST(QuantGemm, Bf16DotEqualsBf16ActivationProduct) {
+  BF16_DOT_OR_SKIP();
+  for (DType f : kDotted) {
+    double worst_act_error = 0;
+    for (int64_t K : {32, 96, 544, 2048}) {
+      const int64_t N = 37;  // 9 register blocks of 4 weight rows and a remainder of 1
+      Tensor W = weight_in(f, {N, K}, 41 + uint32_t(K));
+      for (int64_t M : {1, 2, 3, 4, 5, 6, 7, 8, 12, 13, 16, 17, 40}) {
+        Tensor a = random_f32({M, K}, 43 + uint32_t(M));
+        Tensor ar = a.to(DType::BF16).to(DType::F32);
+        std::vector<double> want, bound, want32, bound32;
+        reference(&want, &bound, W, 0, ar.f32(), M);
+        reference(&want32, &bound32, W, 0, a.f32(), M);
+        std::vector<float> got(size_t(M * N), NAN);
+        quant_linear_forward_with(QuantPath::Bf16Dot, got.data(), N, a.f32(), M, W);
+        EXPECT_LE(worst_ratio(got.data(), want, bound), 1.0)
+            << quant_scheme_name(f) << " K=" << K << " M=" << M;
+        for (size_t i = 0; i < got.size(); i++) {
+          const double mag = bound32[i] / 1e-5;
+          const double err = std::fabs(double(got[i]) - want32[i]) / mag;
+          worst_act_error = std::max(worst_act_error, err);
+          ASSERT_LE(err, std::ldexp(1.0, -8)) << quant_scheme_name(f) << " K=" << K << " M=" << M;
+        }
+      }
+    }
+    std::printf("bf16 dot kernel, %s: bf16 activations add at most %.2e of sum|w*a| against fp32 ones\n",
+                f == DType::BF16 ? "bf16" : "fp8", worst_act_error);
+  }
+}
+
+// Every e4m3 code, subnormals and NaN among them, widens exactly: W holds the 256 codes (8 rows of 32) and
+// the activations are the identity, so out[m, n] is one weight times 1, times its row's scale: it equals the
+// dequantized weight bit for bit (and a row with a NaN code is NaN wherever it meets a 0).
+TEST(QuantGemm, Bf16DotWidensEveryFp8Code) {
+  BF16_DOT_OR_SKIP();
+  const int64_t N = 8, K = 32;
+  Tensor W = quantize(random_f32({N, K}, 51), DType::F8_E4M3);
+  auto* codes = static_cast<uint8_t*>(W.data);
+  for (int b = 0; b < 256; b++) codes[b] = uint8_t(b);
+  std::vector<float> eye(size_t(K * K), 0.0f);
+  for (int64_t k = 0; k < K; k++) eye[size_t(k * K + k)] = 1.0f;
+  std::vector<double> want, bound;
+  reference(&want, &bound, W, 0, eye.data(), K);
+  std::vector<float> got(size_t(K * N));
+  quant_linear_forward_with(QuantPath::Bf16Dot, got.data(), N, eye.data(), K, W);
+  int nan_rows = 0;
+  for (int64_t m = 0; m < K; m++)
+    for (int64_t n = 0; n < N; n++) {
+      const size_t i = size_t(m * N + n);
+      if (std::isnan(want[i])) {
+        EXPECT_TRUE(std::isnan(got[i])) << "code " << n * K + m;
+        nan_rows += m == 0;
+      } else {
+        EXPECT_EQ(got[i], float(want[i])) << "code " << n * K + m << " (" << int(codes[n * K + m]) << ")";
+      }
+    }
+  EXPECT_EQ(nan_rows, 2);  // 0x7f and 0xff
+}
+
+// With BF16 weights its sums are gemm()'s batch-invariant bf16 dot form: bitwise the RowInvariant GEMM of
+// the same operands, at any M.
+TEST(QuantGemm, Bf16DotOnBf16WeightsEqualsInvariantGemm) {
+  BF16_DOT_OR_SKIP();
+  const int64_t N = 300, K = 512;
+  Tensor W = weight_in(DType::BF16, {N, K}, 52);
+  for (int64_t M : {1, 5, 19}) {
+    Tensor a = random_f32({M, K}, 53 + uint32_t(M));
+    std::vector<float> got(size_t(M * N)), want(size_t(M * N));
+    quant_linear_forward_with(QuantPath::Bf16Dot, got.data(), N, a.f32(), M, W);
+    gemm_with(GemmBackend::RowInvariant, M, N, K, 1.0f, mat(a.f32(), K), mat(W, K, true), 0.0f, want.data(),
+              N);
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * 4)) << "M=" << M;
+  }
+}
+
+// Row m of the result depends on row m of the input only: bitwise equal whatever M (register blocks of
+// 6 rows and remainders) and the thread count; and in gemm's batch-invariant mode the decode path (Stream)
+// takes the same kernel at every M, so it is invariant there too.
+TEST(QuantGemm, Bf16DotIsBatchInvariant) {
+  BF16_DOT_OR_SKIP();
+  for (DType f : kDotted)
+    for (QuantPath path : {QuantPath::Bf16Dot, QuantPath::Stream}) {
+      const int64_t N = 1024, K = 4096, M = 19;
+      Tensor W = weight_in(f, {N, K}, 54);
+      Tensor a = random_f32({M, K}, 55);
+      const bool saved = gemm_batch_invariant();
+      set_gemm_batch_invariant(path == QuantPath::Stream);
+      std::vector<float> all(size_t(M * N));
+      quant_linear_forward_with(path, all.data(), N, a.f32(), M, W);
+      for (int64_t m = 0; m < M; m++) {
+        std::vector<float> one(static_cast<size_t>(N));
+        quant_linear_forward_with(path, one.data(), N, a.f32() + m * K, 1, W);
+        EXPECT_EQ(0, std::memcmp(one.data(), all.data() + m * N, size_t(N) * 4))
+            << quant_scheme_name(f) << " m=" << m << (path == QuantPath::Stream ? " (invariant mode)" : "");
+      }
+      set_gemm_batch_invariant(saved);
+    }
+}
+
+// Formats it does not take are an error, not a wrong answer.
+TEST(QuantGemm, Bf16DotRejectsOtherFormats) {
+  BF16_DOT_OR_SKIP();
+  std::vector<float> a(64, 1.0f), out(4);
+  for (DType f : {DType::Q8_0, DType::MXFP4}) {
+    Tensor W = quantize(random_f32({4, 64}, 56), f);
+    EXPECT_THROW(quant_linear_forward_with(QuantPath::Bf16Dot, out.data(), 4, a.data(), 1, W), Error);
   }
 }
 

@@ -20,6 +20,7 @@ CpuInfo cpu_info() {
     const std::string value = colon + 2 <= line.size() ? line.substr(colon + 2) : "";
     if (key == "model name" && c.model == "unknown") c.model = value;
     if (key == "cpu family" && c.family < 0) c.family = std::atoi(value.c_str());
+    if (key == "vendor_id" && c.vendor.empty()) c.vendor = value;
   }
   c.cores = int(sysconf(_SC_NPROCESSORS_ONLN));
   __builtin_cpu_init();
@@ -41,6 +42,17 @@ std::string cpu_summary() {
   const CpuInfo c = cpu_info();
   return c.model + (c.family >= 0 ? " (family " + std::to_string(c.family) + ")" : "") + ", " +
          std::to_string(c.cores) + " CPUs, " + (c.features.empty() ? "no AVX2" : c.features);
+}
+
+bool cpu_fast_bf16_dot() {
+  static const bool fast = [] {
+    if (const char* env = std::getenv("ZAYA_BF16_DOT"); env && *env) return std::atoi(env) != 0;
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx512bf16")) return false;
+    const CpuInfo c = cpu_info();
+    return c.vendor == "AuthenticAMD" && c.family >= 25;
+  }();
+  return fast;
 }
 
 double peak_rss_mb() {

@@ -7,9 +7,10 @@
 namespace zaya {
 
 struct CpuInfo {
-  std::string model;  // /proc/cpuinfo "model name" (e.g. "AMD EPYC 9B45"), "unknown" elsewhere
-  int family = -1;    // "cpu family" (25 = Zen 3/4, 26 = Zen 5), -1 when unknown
-  int cores = 0;      // online logical CPUs
+  std::string model;   // /proc/cpuinfo "model name" (e.g. "AMD EPYC 9B45"), "unknown" elsewhere
+  std::string vendor;  // /proc/cpuinfo "vendor_id" ("AuthenticAMD", "GenuineIntel"), "" when unknown
+  int family = -1;     // "cpu family" (25 = Zen 3/4, 26 = Zen 5), -1 when unknown
+  int cores = 0;       // online logical CPUs
   std::string
       features;  // the ISA extensions the kernels care about that the CPU has, e.g. "avx512f avx512bf16"
 };
@@ -18,6 +19,14 @@ CpuInfo cpu_info();
 
 // One line: "AMD EPYC 9B45 (family 26), 2 CPUs, avx2 fma avx512f ...".
 std::string cpu_summary();
+
+// Whether vdpbf16ps multiplies bf16 pairs at least as fast per product as fp32 fmas do, so that decode
+// products with many rows (quant_gemm.h) should round their activations to bf16 and use it. Measured: AMD
+// Zen 4 (family 25) runs it at the fma's instruction rate, so twice the products (32-40 vs 16-20 GMAC/s a
+// core, 2-core EPYC, 12 independent chains); an Intel Xeon seen here ran it at half its fma rate (42 vs 85
+// GMAC/s). So: AMD with avx512bf16 and family >= 25. ZAYA_BF16_DOT=1 / 0 overrides (benchmarks compare
+// both); read once.
+bool cpu_fast_bf16_dot();
 
 // Peak resident set size of this process in MB (/proc/self/status VmHWM); 0 when unknown.
 double peak_rss_mb();

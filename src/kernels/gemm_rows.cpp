@@ -11,6 +11,7 @@
 
 #include "core/dtype.h"
 #include "kernels/gemm_small.h"
+#include "kernels/lane_sum.h"
 
 namespace zaya {
 
@@ -78,19 +79,6 @@ constexpr int kLanes = 16;
 
 inline __mmask16 mask16(int64_t lanes) {
   return lanes >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << std::max<int64_t>(lanes, 0)) - 1u);
-}
-
-// The tree gemm_small.cpp's lane_sums4 computes (l + 8, l + 4, l + 2, l + 1), one vector at a time: the
-// same additions of the same values, so the same bits.
-// (maskz extracts: GCC 12 warns that the unmasked forms read an undefined value.)
-inline float lane_sum(__m512 v) {
-  const __m256 lo = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, _mm512_castps_pd(v), 0));
-  const __m256 hi = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, _mm512_castps_pd(v), 1));
-  const __m256 s8 = _mm256_add_ps(lo, hi);                                                 // l + l+8
-  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));  // l + l+4
-  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));                                 // l + l+2
-  const __m128 s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, _MM_SHUFFLE(1, 1, 1, 1)));       // l + l+1
-  return _mm_cvtss_f32(s1);
 }
 
 // Dot-form register block, fp32: C[m0 : m0+R, n0 : n0+4] from R rows of A (a, row stride lda, packed

@@ -18,11 +18,13 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
+#include "core/cpu_info.h"
 #include "core/error.h"
 #include "core/profile.h"
 #include "core/quant.h"
 #include "core/threads.h"
 #include "kernels/gemm.h"
+#include "kernels/lane_sum.h"
 
 namespace zaya {
 
@@ -510,6 +512,145 @@ void dequant_packed_rows(float* out32, uint16_t* out16, const DecodePack& p, int
 
 #endif  // __AVX512VNNI__
 
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512BF16__)
+#define ZAYA_DECODE_BF16_DOT 1
+
+// ---- The bf16 dot-product kernel: BF16 and FP8 weights, activations rounded to bf16 (quant_gemm.h) ----
+
+// 32 e4m3 values as bf16, exactly (bf16 has e4m3's every value): S.EEEE.MMM -> S.(E + 120).MMM0000 for
+// E >= 1; E = 0 is a subnormal M · 2^-9, looked up (vdpbf16ps would flush a bf16 subnormal to zero, so the
+// values are never shifted into that range); the NaN code S.1111.111 stays NaN.
+inline __m512i e4m3_to_bf16(const uint8_t* p) {
+  alignas(64) static const uint16_t kSubnormal[32] = {0x0000, 0x3B00, 0x3B80, 0x3BC0,
+                                                      0x3C00, 0x3C20, 0x3C40, 0x3C60};  // M · 2^-9, M = 0..7
+  const __m512i x = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  const __m512i sign = _mm512_and_si512(_mm512_slli_epi16(x, 8), _mm512_set1_epi16(int16_t(0x8000)));
+  __m512i v = _mm512_add_epi16(_mm512_and_si512(_mm512_slli_epi16(x, 4), _mm512_set1_epi16(0x07F0)),
+                               _mm512_set1_epi16(120 << 7));
+  const __mmask32 sub = _mm512_testn_epi16_mask(x, _mm512_set1_epi16(0x78));
+  if (sub) v = _mm512_mask_permutexvar_epi16(v, sub, x, _mm512_load_si512(kSubnormal));  // index: x & 31 = M
+  const __mmask32 nan =
+      _mm512_cmpeq_epi16_mask(_mm512_and_si512(x, _mm512_set1_epi16(0x7F)), _mm512_set1_epi16(0x7F));
+  v = _mm512_mask_mov_epi16(v, nan, _mm512_set1_epi16(0x7FC0));
+  return _mm512_or_si512(v, sign);
+}
+
+// out[m, r] (m < MR, r < NR; out at row 0, column 0 of the block) = row_scale[r] · Σ_k a[m, k] · w[r][k]:
+// vdpbf16ps lanes over k in 32-element steps, then lane_sum. Per output: lane l over the pairs
+// (32j + 2l, 32j + 2l + 1), j increasing, then the fixed tree: gemm_rows.h's bf16 dot form exactly, so with
+// BF16 weights a result equals gemm()'s batch-invariant one bit for bit, and it never depends on MR, NR or
+// the other rows. `prefetch` (or null): the rows this block's weights are followed by, fetched as these
+// stream (the first activation block of a group only).
+template <int NR, int MR>
+void dot16_block(float* out, int64_t ldc, const uint16_t* a, int64_t lda, const uint16_t* const* w,
+                 const uint16_t* const* prefetch, const float* row_scale, int64_t K) {
+  __m512 acc[NR][MR];
+#pragma GCC unroll 8
+  for (int r = 0; r < NR; r++)
+#pragma GCC unroll 8
+    for (int m = 0; m < MR; m++) acc[r][m] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < K; k += 32) {
+    __m512bh wv[NR];
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++) {
+      if (prefetch) _mm_prefetch(reinterpret_cast<const char*>(prefetch[r] + k), _MM_HINT_T0);
+      wv[r] = (__m512bh)_mm512_loadu_si512(w[r] + k);
+    }
+#pragma GCC unroll 8
+    for (int m = 0; m < MR; m++) {
+      const __m512bh av = (__m512bh)_mm512_loadu_si512(a + m * lda + k);
+#pragma GCC unroll 8
+      for (int r = 0; r < NR; r++) acc[r][m] = _mm512_dpbf16_ps(acc[r][m], av, wv[r]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int m = 0; m < MR; m++)
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++) out[m * ldc + r] = lane_sum(acc[r][m]) * row_scale[r];
+}
+
+// NR weight rows against activation rows [0, M), 6 (the most the registers hold beside 4 x 6 accumulators)
+// at a time.
+template <int NR>
+void dot16_rows(float* out, int64_t ldc, const uint16_t* a, int64_t M, const uint16_t* const* w,
+                const uint16_t* const* prefetch, const float* row_scale, int64_t K) {
+  for (int64_t m = 0; m < M;) {
+    const uint16_t* const* pf = m == 0 ? prefetch : nullptr;
+    float* o = out + m * ldc;
+    const uint16_t* am = a + m * K;
+    switch (std::min<int64_t>(6, M - m)) {
+      case 1:
+        dot16_block<NR, 1>(o, ldc, am, K, w, pf, row_scale, K), m += 1;
+        break;
+      case 2:
+        dot16_block<NR, 2>(o, ldc, am, K, w, pf, row_scale, K), m += 2;
+        break;
+      case 3:
+        dot16_block<NR, 3>(o, ldc, am, K, w, pf, row_scale, K), m += 3;
+        break;
+      case 4:
+        dot16_block<NR, 4>(o, ldc, am, K, w, pf, row_scale, K), m += 4;
+        break;
+      case 5:
+        dot16_block<NR, 5>(o, ldc, am, K, w, pf, row_scale, K), m += 5;
+        break;
+      default:
+        dot16_block<NR, 6>(o, ldc, am, K, w, pf, row_scale, K), m += 6;
+        break;
+    }
+  }
+}
+
+// Columns [n0, n1) of out[M, N] from the bf16 activations a[M, K] (row stride K) and W's rows, 4 weight rows
+// at a time: BF16 rows are read in place (the next 4 prefetched while the first activation block passes);
+// FP8 rows are first widened to bf16 into a small buffer that every activation block then reads from L1,
+// and each result is multiplied by its row's scale.
+template <DType F>
+void dot16_tile(float* out, int64_t ldc, const uint16_t* a, int64_t M, const QMat& w, int64_t n0,
+                int64_t n1) {
+  constexpr int NR = 4;
+  const int64_t K = w.K;
+  thread_local std::vector<uint16_t> wide;  // FP8: [NR, K] bf16
+  if constexpr (F == DType::F8_E4M3) wide.resize(size_t(NR * K));
+  for (int64_t n = n0; n < n1; n += NR) {
+    const int nr = int(std::min<int64_t>(NR, n1 - n));
+    const uint16_t* rows[NR];
+    const uint16_t* next[NR];
+    float scale[NR];
+    for (int r = 0; r < nr; r++) {
+      const uint8_t* src = w.q + size_t(n + r) * w.row_bytes;
+      if constexpr (F == DType::BF16) {
+        rows[r] = reinterpret_cast<const uint16_t*>(src);
+        next[r] = rows[r] + NR * K;  // prefetching past the matrix never faults
+        scale[r] = 1.0f;
+      } else {
+        uint16_t* dst = wide.data() + r * K;
+        for (int64_t k = 0; k < K; k += 32) {
+          _mm_prefetch(reinterpret_cast<const char*>(src + NR * w.row_bytes + k), _MM_HINT_T0);
+          _mm512_storeu_si512(dst + k, e4m3_to_bf16(src + k));
+        }
+        rows[r] = dst;
+        scale[r] = static_cast<const float*>(w.scales)[(n + r) * w.scales_per_row];
+      }
+    }
+    const uint16_t* const* pf = F == DType::BF16 ? next : nullptr;
+    if (nr == NR) {
+      dot16_rows<NR>(out + n, ldc, a, M, rows, pf, scale, K);
+    } else {
+      for (int r = 0; r < nr; r++)
+        dot16_rows<1>(out + n + r, ldc, a, M, rows + r, pf ? pf + r : nullptr, scale + r, K);
+    }
+  }
+}
+
+void dot16_tile_any(float* out, int64_t ldc, const uint16_t* a, int64_t M, const QMat& w, int64_t n0,
+                    int64_t n1) {
+  if (w.fmt == DType::BF16) return dot16_tile<DType::BF16>(out, ldc, a, M, w, n0, n1);
+  dot16_tile<DType::F8_E4M3>(out, ldc, a, M, w, n0, n1);
+}
+
+#endif  // ZAYA_DECODE_BF16_DOT
+
 // Rows [n0, n1) of out[M, N] (stride ldc) from a[M, K] (fp32; MXFP4: deinterleaved when AVX-512).
 void stream_tile_any(float* out, int64_t ldc, const float* a, int64_t lda, int64_t M, const QMat& w,
                      int64_t n0, int64_t n1) {
@@ -548,7 +689,6 @@ void stream_tile_any(float* out, int64_t ldc, const float* a, int64_t lda, int64
   }
 }
 
-// The activations the streaming kernel reads for W's format: `in` itself, or the MXFP4 deinterleaved copy.
 // The activations the streaming kernel reads for W's format, row m at *lda · m: `in` itself, or the MXFP4
 // deinterleaved copy.
 const float* stream_input(const float* in, int64_t M, int64_t K, DType fmt, std::vector<float>* buf,
@@ -684,6 +824,27 @@ void many_rows(float* out, int64_t ldc, const float* in, int64_t M, const Tensor
   dequant_gemm(out, ldc, in, M, W, expert, tile);
 }
 
+// Whether a streamed product of M rows takes the bf16 dot kernel: BF16 or FP8 weights in whole blocks of 32,
+// a bf16-compute model (its prefill rounds the activations to bf16 too), a CPU where vdpbf16ps outruns fp32
+// fmas (core/cpu_info.h), and enough rows that the fp32 kernel's fmas, not memory, set its pace. In gemm's
+// batch-invariant mode every M takes the same kernel, so that a row's result never depends on the batch.
+bool takes_bf16_dot(DType fmt, int64_t M, int64_t K, DType tile) {
+#if defined(ZAYA_DECODE_BF16_DOT)
+  return (fmt == DType::BF16 || fmt == DType::F8_E4M3) && K % 32 == 0 && tile == DType::BF16 &&
+         (M >= kBf16DotMinRows || gemm_batch_invariant()) && cpu_fast_bf16_dot();
+#else
+  (void)fmt, (void)M, (void)K, (void)tile;
+  return false;
+#endif
+}
+
+// in[M, K] rounded to bf16 (nearest even) into buf; returns its data.
+const uint16_t* bf16_activations(const float* in, int64_t M, int64_t K, std::vector<uint16_t>* buf) {
+  buf->resize(size_t(M * K));
+  convert_f32_to_bf16(buf->data(), in, M * K);
+  return buf->data();
+}
+
 void check_weight(const Tensor& W, int rank, const char* what) {
   if (W.dtype == DType::BF16) {
     ZAYA_CHECK(W.ndim() == rank, what, ": expected a ", rank, "-D weight, got ", shape_str(W.shape));
@@ -763,6 +924,14 @@ void pack_for_decode(Tensor& W, bool release_source) {
 #endif
 }
 
+bool quant_bf16_dot_available() {
+#if defined(ZAYA_DECODE_BF16_DOT)
+  return true;
+#else
+  return false;
+#endif
+}
+
 bool has_decode_pack(const Tensor& W) {
   return W.decode_pack != nullptr;
 }
@@ -779,8 +948,27 @@ void quant_linear_forward_with(QuantPath path, float* out, int64_t ldc, const fl
     path = M <= kQuantStreamMaxRows || gemm_batch_invariant() ? QuantPath::Stream : QuantPath::DequantGemm;
   if (path == QuantPath::DequantGemm) return many_rows(out, ldc, in, M, W, 0, tile);
   const QMat w = qmat(W, 0);
+  if (path == QuantPath::Bf16Dot || (path == QuantPath::Stream && takes_bf16_dot(w.fmt, M, w.K, tile))) {
+#if defined(ZAYA_DECODE_BF16_DOT)
+    ZAYA_CHECK(
+        (w.fmt == DType::BF16 || w.fmt == DType::F8_E4M3) && w.K % 32 == 0,
+        "quant_linear_forward: the bf16 dot kernel takes BF16 or FP8 weights with K a multiple of 32, got ",
+        dtype_name(w.fmt), " K = ", w.K);
+    thread_local std::vector<uint16_t> a16_here;  // the calling thread's (see below)
+    const uint16_t* a16 = bf16_activations(in, M, w.K, &a16_here);
+    std::vector<Tile> tiles;
+    const int64_t tr = tile_rows(w.N, 1, threads_here());
+    for (int64_t n0 = 0; n0 < w.N; n0 += tr) tiles.push_back({0, n0, std::min(w.N, n0 + tr)});
+    run_tiles(tiles, size_t(w.N) * w.row_bytes,
+              [&](const Tile& t) { dot16_tile_any(out, ldc, a16, M, w, t.n0, t.n1); });
+    return;
+#else
+    ZAYA_CHECK(path != QuantPath::Bf16Dot, "quant_linear_forward: this build has no AVX512-BF16 dot kernel");
+#endif
+  }
 #if defined(ZAYA_DECODE_VNNI)
-  if (const DecodePack* p = decode_pack_of(W)) {
+  const DecodePack* pack = path == QuantPath::StreamF32 ? nullptr : decode_pack_of(W);
+  if (const DecodePack* p = pack) {
     thread_local ActQ8
         aq_here;  // the calling thread's; a lambda naming a thread_local reads its own thread's
     const ActQ8& aq = aq_here;
@@ -831,6 +1019,29 @@ void quant_grouped_linear_forward(float* out, const float* in, const Tensor& W, 
     }
   }
   if (streamed.empty()) return;
+  // BF16 / FP8 experts: those with enough rows on the bf16 dot kernel, the others on the fp32 one, all in
+  // one parallel loop.
+  bool any_dot = false;
+  for (int64_t e : streamed)
+    any_dot = any_dot || takes_bf16_dot(W.dtype, offsets[e + 1] - offsets[e], K, tile);
+  if (any_dot) {
+#if defined(ZAYA_DECODE_BF16_DOT)
+    thread_local std::vector<uint16_t> a16_here;
+    const uint16_t* a16 = bf16_activations(in, T, K, &a16_here);
+    std::vector<Tile> tiles;
+    const int64_t tr = tile_rows(N, int64_t(streamed.size()), threads_here());
+    for (int64_t e : streamed)
+      for (int64_t n0 = 0; n0 < N; n0 += tr) tiles.push_back({e, n0, std::min(N, n0 + tr)});
+    run_tiles(tiles, streamed.size() * size_t(N) * dtype_row_bytes(W.dtype, K), [&](const Tile& t) {
+      const int64_t r0 = offsets[t.expert], rows = offsets[t.expert + 1] - r0;
+      if (takes_bf16_dot(W.dtype, rows, K, tile))
+        dot16_tile_any(out + r0 * N, N, a16 + r0 * K, rows, qmat(W, t.expert), t.n0, t.n1);
+      else
+        stream_tile_any(out + r0 * N, N, in + r0 * K, K, rows, qmat(W, t.expert), t.n0, t.n1);
+    });
+    return;
+#endif
+  }
 #if defined(ZAYA_DECODE_VNNI)
   if (const DecodePack* p = decode_pack_of(W)) {
     thread_local ActQ8 aq_here;  // the calling thread's (see quant_linear_forward_with)

@@ -69,8 +69,23 @@ struct ActQ8 {
 };
 void quantize_activations(ActQ8* out, const float* in, int64_t M, int64_t K);
 
-// How a call is computed (tests and benchmarks): Auto picks by M and the batch-invariant mode.
-enum class QuantPath { Auto, Stream, DequantGemm };
+// How a call is computed (tests and benchmarks). Auto: Stream up to kQuantStreamMaxRows rows (every M in
+// gemm's batch-invariant mode), DequantGemm above. Stream: the decode kernels as decode picks them (the
+// VNNI kernel over a pack; the bf16 dot kernel for BF16 / FP8 weights when takes it, see below; else the
+// fp32 streaming kernel). StreamF32: the fp32 streaming kernel on W's own layout, always. Bf16Dot: the bf16
+// dot kernel, always (BF16 / FP8 weights, K a multiple of 32, a build with AVX512-BF16; an error otherwise).
+enum class QuantPath { Auto, Stream, StreamF32, Bf16Dot, DequantGemm };
+
+// The bf16 dot kernel (BF16 and FP8 weights; builds with AVX512-BF16): the activations are rounded to bf16
+// (nearest even) once per call, FP8 weights are widened to bf16 exactly (every e4m3 value is a bf16 value),
+// and vdpbf16ps forms the products, 4 weight rows x up to 6 activation rows per register block; FP8's row
+// scale multiplies each result. Its sum order is gemm_rows.h's bf16 dot form, so with BF16 weights a result
+// equals gemm()'s batch-invariant product bit for bit, and a row's result never depends on the other rows.
+// Decode takes it for a product of at least kBf16DotMinRows rows in a bf16-compute model on a CPU where
+// vdpbf16ps is fast (cpu_fast_bf16_dot): there fp32 fmas, not memory, limit the fp32 kernel at 16 rows.
+// In gemm's batch-invariant mode it takes every M there, so a row's result never depends on its batch.
+constexpr int64_t kBf16DotMinRows = 4;
+bool quant_bf16_dot_available();
 void quant_linear_forward_with(QuantPath path, float* out, int64_t ldc, const float* in, int64_t M,
                                const Tensor& W, DType tile = DType::BF16);
 
