@@ -17,6 +17,12 @@ if [ ! -f "$D/brown.train.idx" ]; then
   $Z tokenizer train --input "$D/brown" --vocab-size 8192 --out "$D/tokenizer.json"
   $Z data prepare --input "$D/brown" --tokenizer "$D/tokenizer.json" --out "$D/brown" --val-fraction 0.05 --seed 1234
 fi
+# A task the run scores at every evaluation (eval.tasks in configs/train-brown.json): the next word of a held-out
+# Brown passage among 4 common words (chance 25%), so the run shows an accuracy rising, not only a loss falling.
+if [ ! -f "$D/tasks/brown_cloze/test.jsonl" ]; then
+  $Z eval cloze --input "$D/brown.val" --tokenizer "$D/tokenizer.json" --out "$D/tasks/brown_cloze/test.jsonl" \
+    --items 300 --choices 4 --seed 1
+fi
 
 echo "== 2. train (progress: step, loss, lr, grad norm, tokens/s, MFU, expert-load entropy, ETA)"
 # runs/main/train belongs to this job: a re-run trains it again from scratch and replaces the previous

@@ -12,6 +12,7 @@
 #include "data/indexed_dataset.h"
 #include "data/loader.h"
 #include "data/prepare.h"
+#include "eval/cloze.h"
 #include "kernels/loss.h"
 #include "model/zaya.h"
 #include "test_util.h"
@@ -98,6 +99,56 @@ TEST(Train, EndToEndOnRealFiles) {
       << "the saved model's logits differ from the trained model's";
   EXPECT_TRUE(fs::exists(fx.dir / "run" / "model" / "tokenizer.json"));
   EXPECT_TRUE(fs::exists(fx.dir / "run" / "sample.txt"));
+  fs::remove_all(fx.dir);
+}
+
+// eval.tasks: a cloze task built from the corpus (eval/cloze.h) is scored at every evaluation; those rows of
+// metrics.jsonl, and only those, carry its accuracies. A task that cannot be read stops the run before
+// step 1.
+TEST(Train, EvalTasksAreScoredAtEveryEvaluation) {
+  Fixture fx;
+  std::vector<std::string> docs;
+  for (const auto& e : fs::directory_iterator(fx.dir / "corpus"))
+    docs.push_back(test::read_text(e.path().string()));
+  eval::ClozeOptions co;
+  co.items = 24;
+  co.context_words = 6;
+  co.seed = 3;
+  fs::create_directories(fx.dir / "tasks" / "cloze");
+  {
+    std::ofstream f(fx.dir / "tasks" / "cloze" / "test.jsonl");
+    for (const auto& j : eval::build_cloze_items(docs, co)) f << j.dump() << "\n";
+  }
+  auto t = nlohmann::json::parse(fx.train_json());
+  t["eval"]["tasks"] = {{{"task", "cloze"}, {"data_dir", (fx.dir / "tasks").string()}, {"limit", 20}}};
+  train::TrainConfig c = train::parse_train_config(t.dump(), "train.json");
+  ASSERT_EQ(c.eval_tasks.size(), 1u);
+  EXPECT_EQ(c.eval_tasks[0].limit, 20);
+  train::run_training(c);
+  std::ifstream m(fx.dir / "run" / "metrics.jsonl");
+  int evaluated = 0;
+  for (std::string line; std::getline(m, line);) {
+    const auto row = nlohmann::json::parse(line);
+    EXPECT_EQ(row.contains("cloze/acc"), row.contains("val_loss")) << line;
+    if (!row.contains("val_loss")) continue;
+    evaluated++;
+    for (const char* k : {"cloze/acc", "cloze/acc_norm"}) {
+      ASSERT_TRUE(row.contains(k)) << line;
+      const double v = row[k].get<double>();
+      EXPECT_TRUE(v >= 0 && v <= 1) << k << " = " << v;
+    }
+  }
+  EXPECT_EQ(evaluated, 2);  // steps 6 and 12
+  // A task whose files are missing: an error naming the file before any step.
+  t["eval"]["tasks"][0]["data_dir"] = (fx.dir / "nowhere").string();
+  t["out"] = (fx.dir / "run2").string();
+  c = train::parse_train_config(t.dump(), "train.json");
+  try {
+    train::run_training(c);
+    ADD_FAILURE() << "expected an error for a missing task file";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("nowhere"), std::string::npos) << e.what();
+  }
   fs::remove_all(fx.dir);
 }
 
@@ -197,5 +248,17 @@ TEST(Train, ConfigErrorsNameTheField) {
   expect_error(fx.train_json(R"(, "fault": {"spike_zscore": 0.5})"), "fault.spike_zscore");
   expect_error(fx.train_json(R"(, "fault": {"spike_window": 1})"), "spike_window");
   expect_error(fx.train_json(R"(, "fault": {"max_bad": 3})"), "max_bad");
+  // eval.tasks: an array of {task, data_dir, limit, num_fewshot}, with a tokenizer.
+  j = nlohmann::json::parse(fx.train_json());
+  j["eval"]["tasks"] = {{{"task", "hellaswag"}}};
+  expect_error(j.dump(), "eval.tasks[0]");
+  j["eval"]["tasks"] = {{{"task", "hellaswag"}, {"data_dir", "d"}, {"limt", 3}}};
+  expect_error(j.dump(),
+               "field 'eval.tasks[].limt' is not a known field (did you mean 'eval.tasks[].limit'?)");
+  j["eval"]["tasks"] = {{"task", "hellaswag"}};
+  expect_error(j.dump(), "eval.tasks");
+  j["eval"]["tasks"] = {{{"task", "hellaswag"}, {"data_dir", "d"}}};
+  j.erase("tokenizer");
+  expect_error(j.dump(), "needs 'tokenizer'");
   fs::remove_all(fx.dir);
 }

@@ -12,6 +12,7 @@
 #include <random>
 
 #include "bench_decode.h"
+#include "bench_eval.h"
 #include "bench_serve.h"
 #include "ckpt/async_saver.h"
 #include "ckpt/checkpoint.h"
@@ -378,8 +379,15 @@ int cmd_bench(int argc, char** argv) {
       "bench serve: against --url, or a server started in this process");
   zaya::app::BenchServeOptions s_opt;
   zaya::app::add_bench_serve_options(*srv, s_opt);
+  auto* evl = app.add_subcommand(
+      "eval",
+      "loglikelihood scoring of HellaSwag-shaped items: one pass over each shared context against every "
+      "choice as its own sequence (lm-eval's way), same results");
+  zaya::app::BenchEvalOptions e_opt;
+  zaya::app::add_bench_eval_options(*evl, e_opt);
   ZAYA_PARSE(app, argc, argv);
   if (srv->parsed()) return zaya::app::bench_serve(s_opt);
+  if (evl->parsed()) return zaya::app::bench_eval(e_opt);
   if (invariant) zaya::set_gemm_batch_invariant(true);
   if (dec->parsed()) return zaya::app::bench_decode(d_opt);
   if (ckp->parsed()) return bench_checkpoint(c_config, c_layers, c_dir, c_saves, c_io, c_optim, c_keep);
@@ -397,9 +405,9 @@ int cmd_bench(int argc, char** argv) {
   return 2;
 }
 
-zaya::app::Register reg(
-    "bench",
-    "benchmarks (forward, decode, train, checkpoint, serve): tokens/s, GFLOP/s, MFU vs measured GEMM peak",
-    cmd_bench);
+zaya::app::Register reg("bench",
+                        "benchmarks (forward, decode, train, checkpoint, serve, eval): tokens/s, GFLOP/s, "
+                        "MFU vs measured GEMM peak",
+                        cmd_bench);
 
 }  // namespace

@@ -19,8 +19,11 @@
 #include "core/cpu_info.h"
 #include "core/error.h"
 #include "core/quant.h"
+#include "data/corpus.h"
 #include "data/indexed_dataset.h"
+#include "eval/cloze.h"
 #include "eval/perplexity.h"
+#include "eval_tasks.h"
 #include "model/zaya.h"
 #include "semantics_option.h"
 #include "tokenizer/tokenizer.h"
@@ -149,8 +152,43 @@ int cmd_eval_ppl(const std::string& model_dir, const std::string& input, const s
   return 0;
 }
 
+// zaya eval cloze: a cloze task (eval/cloze.h) from held-out text — a text FILE or DIR (data/corpus.h), or a
+// DATASET_PREFIX whose sequences are decoded with the tokenizer — written as OUT (generic task JSONL).
+int cmd_eval_cloze(const std::string& input, const std::string& tokenizer_path, const std::string& out,
+                   const zaya::eval::ClozeOptions& o) {
+  std::vector<std::string> docs;
+  if (fs::exists(input)) {
+    zaya::data::CorpusOptions co;
+    co.inputs = {input};
+    zaya::data::CorpusReader reader(co);
+    for (std::string d; reader.next(d);) docs.push_back(d);
+  } else {
+    ZAYA_CHECK(fs::is_regular_file(input + ".idx"), input,
+               ": not a text file, a directory or a dataset prefix (no ", input, ".idx)");
+    ZAYA_CHECK(!tokenizer_path.empty(), input, ": a dataset prefix needs --tokenizer to be read as text");
+    const zaya::Tokenizer tok = zaya::Tokenizer::load(tokenizer_path);
+    auto ds = zaya::data::IndexedDataset::open(input);
+    for (size_t s = 0; s < ds->num_sequences(); s++) {
+      std::vector<uint32_t> raw = ds->sequence(s);
+      docs.push_back(tok.decode(std::vector<int32_t>(raw.begin(), raw.end()), /*skip_special_tokens=*/true));
+    }
+  }
+  const std::vector<nlohmann::json> items = zaya::eval::build_cloze_items(docs, o);
+  if (fs::path(out).has_parent_path()) fs::create_directories(fs::path(out).parent_path());
+  std::ofstream f(out, std::ios::binary | std::ios::trunc);
+  ZAYA_CHECK(f.good(), out, ": cannot write");
+  for (const auto& j : items) f << j.dump() << "\n";
+  ZAYA_CHECK(f.good(), out, ": write failed");
+  std::fprintf(stderr, "eval cloze: %zu items of %lld choices from %zu documents -> %s\n", items.size(),
+               static_cast<long long>(o.choices), docs.size(), out.c_str());
+  return 0;
+}
+
 int cmd_eval(int argc, char** argv) {
-  CLI::App app{"Evaluate a model: perplexity with lm-eval's rolling-window semantics"};
+  CLI::App app{
+      "Evaluate a model the way lm-evaluation-harness does: rolling perplexity, multiple-choice, "
+      "loglikelihood "
+      "and generative tasks, comparison tables"};
   app.require_subcommand(1);
   auto* ppl =
       app.add_subcommand("ppl", "perplexity (token, word, byte; bits per byte) of text or token shards");
@@ -167,12 +205,81 @@ int cmd_eval(int argc, char** argv) {
   ppl->add_option("--dtype", dtype, "GEMM compute dtype of the float matrices")
       ->check(CLI::IsMember({"fp32", "bf16"}));
   zaya::app::add_semantics_option(*ppl, sem);
+
+  auto* run = app.add_subcommand(
+      "run",
+      "lm-eval tasks (hellaswag, arc_easy, arc_challenge, piqa, winogrande, mmlu, lambada_openai, gsm8k, "
+      "or a generic JSONL task) from local files; results JSON in lm-eval's layout");
+  zaya::app::EvalRunOptions ro;
+  std::string tasks;
+  zaya::app::SemanticsOption run_sem;
+  bool no_share = false;
+  run->add_option("--model", ro.model_dir, "HF checkpoint directory (float or quantized)")->required();
+  run->add_option("--tasks", tasks, "comma-separated task names (docs/eval.md)")->required();
+  run->add_option("--data-dir", ro.data_dir, "DATA_DIR/TASK/SPLIT.jsonl (docs/eval.md: layout)")->required();
+  run->add_option("--num-fewshot", ro.num_fewshot,
+                  "few-shot examples (default: each task's, MMLU 5, GSM8K 5)");
+  run->add_option("--limit", ro.limit, "only the first N items of each task");
+  run->add_option("--batch-tokens", ro.batch_tokens, "tokens per forward")->check(CLI::PositiveNumber);
+  run->add_option("--context", ro.context, "context length (default: min(max_position_embeddings, 2048))");
+  run->add_option("--seed", ro.seed, "few-shot sampling seed (lm-eval's fewshot_random_seed)")
+      ->capture_default_str();
+  run->add_option("--bootstrap-iters", ro.bootstrap_iters, "resamples for the perplexity stderr (0: N/A)")
+      ->capture_default_str();
+  run->add_option("--max-gen-tokens", ro.max_gen_tokens, "generative tasks: new tokens at most")
+      ->capture_default_str();
+  run->add_flag("--no-shared-context", no_share,
+                "score every choice as its own sequence (lm-eval's way; the default runs a question's "
+                "context once for all its choices)");
+  run->add_option("--output", ro.output, "write the results JSON here");
+  run->add_option("--tokenizer", ro.tokenizer, "tokenizer.json (default: MODEL/tokenizer.json)");
+  run->add_option("--dtype", ro.dtype, "GEMM compute dtype of the float matrices")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
+  zaya::app::add_semantics_option(*run, run_sem);
+
+  auto* table =
+      app.add_subcommand("table", "a markdown table of results files: models as columns, tasks as rows");
+  std::vector<std::string> files;
+  table->add_option("files", files, "RESULTS.json files (zaya eval run --output, or lm-eval's)")->required();
+
+  auto* cloze = app.add_subcommand(
+      "cloze",
+      "a cloze task from held-out text (the next word among common words of the text), as generic JSONL");
+  std::string c_input, c_tokenizer, c_out;
+  zaya::eval::ClozeOptions co;
+  cloze->add_option("--input", c_input, "text FILE, DIR of text files, or DATASET_PREFIX (with --tokenizer)")
+      ->required();
+  cloze->add_option("--tokenizer", c_tokenizer, "tokenizer.json to decode a dataset prefix");
+  cloze->add_option("--out", c_out, "the task file, e.g. DATA_DIR/brown_cloze/test.jsonl")->required();
+  cloze->add_option("--items", co.items, "items")->check(CLI::PositiveNumber)->capture_default_str();
+  cloze->add_option("--choices", co.choices, "choices per item (chance = 1 / choices)")
+      ->check(CLI::Range(2, 26))
+      ->capture_default_str();
+  cloze->add_option("--context-words", co.context_words, "words of context before the blank")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cloze->add_option("--min-count", co.min_count, "a candidate word occurs at least this often in the text")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cloze->add_option("--seed", co.seed, "item and distractor draw")->capture_default_str();
+
   ZAYA_PARSE(app, argc, argv);
+  if (cloze->parsed()) return cmd_eval_cloze(c_input, c_tokenizer, c_out, co);
   if (ppl->parsed())
     return cmd_eval_ppl(model_dir, input, tokenizer, context, batch, limit, dtype, sem.get());
+  if (run->parsed()) {
+    std::stringstream ss(tasks);
+    for (std::string t; std::getline(ss, t, ',');)
+      if (!t.empty()) ro.tasks.push_back(t);
+    ro.share_context = !no_share;
+    ro.semantics = run_sem.get();
+    return zaya::app::eval_run(ro);
+  }
+  if (table->parsed()) return zaya::app::eval_table(files);
   return 2;
 }
 
-zaya::app::Register reg("eval", "evaluate a model (ppl: lm-eval rolling perplexity)", cmd_eval);
+zaya::app::Register reg("eval", "evaluate a model (ppl, run: lm-eval tasks, table, cloze: a task from text)",
+                        cmd_eval);
 
 }  // namespace

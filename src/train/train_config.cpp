@@ -24,7 +24,8 @@ const std::set<std::string>& known_keys(const std::string& section) {
       {"model", {"config", "init_from", "seed", "semantics"}},
       {"data", {"train", "val", "seed"}},
       {"batch", {"micro_batch", "seq_len", "grad_accum"}},
-      {"eval", {"every", "batches"}},
+      {"eval", {"every", "batches", "tasks"}},
+      {"eval.tasks[]", {"task", "data_dir", "limit", "num_fewshot"}},
       {"log", {"every"}},
       {"checkpoint", {"every", "keep_last", "keep_every", "dir", "async", "io_threads", "on_error"}},
       {"fault", {"max_bad_steps", "spike_zscore", "spike_window"}},
@@ -143,6 +144,24 @@ TrainConfig parse_train_config(const std::string& text, const std::string& src) 
   Section eval = sub("eval");
   c.eval_every = eval.integer("every", c.eval_every, 0);
   c.eval_batches = eval.integer("batches", c.eval_batches, 1);
+  if (const json* tasks = eval.get("tasks")) {
+    ZAYA_CHECK(tasks->is_array(), eval.field("tasks"),
+               " must be an array of {\"task\", \"data_dir\", ...}, got ", tasks->dump());
+    for (size_t i = 0; i < tasks->size(); i++) {
+      Section t{(*tasks)[i], src, "eval.tasks[]"};
+      t.check_keys();
+      TrainConfig::EvalTask et;
+      et.task = t.string("task", "");
+      et.data_dir = t.string("data_dir", "");
+      ZAYA_CHECK(!et.task.empty() && !et.data_dir.empty(), src, ": field 'eval.tasks[", i,
+                 "]' needs \"task\" (a task name, docs/eval.md) and \"data_dir\"");
+      et.limit = t.integer("limit", 0, 0);
+      et.num_fewshot = int(t.integer("num_fewshot", -1, -1));
+      c.eval_tasks.push_back(et);
+    }
+    ZAYA_CHECK(c.eval_tasks.empty() || !c.tokenizer.empty(), src,
+               ": field 'eval.tasks' needs 'tokenizer' (the tasks' text is tokenized with it)");
+  }
   c.out_dir = (top.string("out", c.out_dir));
   c.log_every = sub("log").integer("every", 1, 1);
   c.save_dtype = top.string("save_dtype", "bf16");

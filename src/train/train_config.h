@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/dtype.h"
 #include "model/zaya-config.h"
@@ -37,6 +38,15 @@ struct TrainConfig {
 
   int64_t eval_every = 50;   // "eval.every" (0 = only at the end)
   int64_t eval_batches = 8;  // "eval.batches"
+  // "eval.tasks": loglikelihood tasks (docs/eval.md) scored by rank 0 at every evaluation, with a context of
+  // seq_len tokens; metrics.jsonl rows gain "TASK/METRIC" (acc, acc_norm, ...). Needs "tokenizer".
+  struct EvalTask {
+    std::string task;      // a task name (eval/tasks.h) or a generic-schema folder of data_dir
+    std::string data_dir;  // DATA_DIR/TASK/SPLIT.jsonl
+    int64_t limit = 0;     // the first N items (0: all)
+    int num_fewshot = -1;  // -1: the task's default
+  };
+  std::vector<EvalTask> eval_tasks;
 
   std::string out_dir = "runs/train";  // "out": metrics.jsonl, plot, the final checkpoint in out/model
   int64_t log_every = 1;               // "log.every"

@@ -30,6 +30,7 @@
 #include "data/loader.h"
 #include "dist/comm.h"
 #include "dist/zero1.h"
+#include "eval/task_runner.h"
 #include "io/output_dir.h"
 #include "kernels/gemm.h"
 #include "kernels/loss.h"
@@ -291,6 +292,10 @@ class Trainer {
   CheckpointSaves saves_;
   MetricsLog metrics_;
 
+  // Task evaluation (eval.tasks, rank 0): the tasks' requests, built once; the last evaluation's figures.
+  std::vector<eval::PreparedTask> tasks_;
+  std::vector<std::pair<std::string, double>> task_metrics_;
+
   // The step loop.
   FaultHooks faults_;
   ForwardScratch scratch_;
@@ -491,6 +496,14 @@ void Trainer::begin_steps() {
   if (c_.ckpt_every > 0)
     saves_.reserve(ckpt::AsyncSaver::layout_bytes(checkpoint_tensors(tm_, plan_, optim_, balancer_, rank_)));
   metrics_.open(first_step_ > 1);
+  if (root_ && !c_.eval_tasks.empty()) {  // read and tokenized once; an error stops the run before step 1
+    const Tokenizer tok = Tokenizer::load(c_.tokenizer);
+    for (const auto& t : c_.eval_tasks) {
+      tasks_.push_back(eval::prepare_task(t.task, t.data_dir, t.num_fewshot, t.limit, 1234, tok, c_.seq_len));
+      say("eval task %s: %zu requests from %s/%s\n", t.task.c_str(), tasks_.back().requests.size(),
+          t.data_dir.c_str(), t.task.c_str());
+    }
+  }
   faults_ = fault_hooks_from_env();
   t_loop_ = clock_type::now();
 }
@@ -591,6 +604,12 @@ bool Trainer::agreed_last_step() {
 double Trainer::maybe_evaluate(bool last) {
   if (!root_ || !data_.val || !((c_.eval_every > 0 && step_ % c_.eval_every == 0) || last)) return NAN;
   sum_.final_val_loss = validation_loss(tm_.compute, data_.val, c_);
+  task_metrics_.clear();
+  for (size_t i = 0; i < tasks_.size(); i++) {
+    const auto m =
+        eval::headline_metrics(eval::score_task(tm_.compute, tasks_[i], {}), c_.eval_tasks[i].task);
+    task_metrics_.insert(task_metrics_.end(), m.begin(), m.end());
+  }
   return sum_.final_val_loss;
 }
 
@@ -623,7 +642,14 @@ void Trainer::log_metrics(const StepRecord& s, double val, bool last) {
   }
   row["load_entropy"] = ent_norm;  // per layer, divided by ln E (1 = perfectly balanced)
   row["expert_counts"] = load;     // per layer, E experts then skip
-  if (!std::isnan(val)) row["val_loss"] = val;
+  std::string task_line;
+  if (!std::isnan(val)) {
+    row["val_loss"] = val;
+    for (const auto& [key, value] : task_metrics_) {
+      row[key] = value;
+      task_line += str_cat(" | ", key, " ", value);
+    }
+  }
   if (dp_) row["comm_s"] = s.comm_s;  // rank 0's time blocked in communication this step
   metrics_.write(row);
   if (step_ % c_.log_every == 0 || step_ == 1 || last || !std::isnan(val)) {
@@ -631,7 +657,7 @@ void Trainer::log_metrics(const StepRecord& s, double val, bool last) {
         "%.3f | skip %.3f | ETA %s%s\n",
         long(step_), long(c_.steps), s.sr.loss, s.sr.lr, s.sr.grad_norm, s.tps, 100 * s.mfu, ent_min,
         skip_frac, format_duration(std::max(0.0, s.eta)).c_str(),
-        std::isnan(val) ? "" : str_cat(" | val ", val).c_str());
+        std::isnan(val) ? "" : str_cat(" | val ", val, task_line).c_str());
   }
 }
 
