@@ -1,6 +1,7 @@
 // Scoring lm-eval requests with a model (src/eval/loglikelihood.h) and `zaya eval run` / `zaya eval table`
 // end to end, on the golden tiny ZAYA1 (vocab 512) with a byte-level BPE tokenizer of the same size trained
-// here on the task files of tests/data/eval (the golden checkpoint has no tokenizer).
+// on the task files of tests/data/eval (tests/data/eval_ref; the golden checkpoint has no tokenizer), and
+// against the PyTorch reference of tools/reference/eval_ref.py.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -8,16 +9,17 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 
 #include "core/error.h"
 #include "eval/cloze.h"
 #include "eval/loglikelihood.h"
+#include "eval/metrics.h"
 #include "eval/requests.h"
 #include "eval/tasks.h"
 #include "model/zaya.h"
 #include "test_util.h"
-#include "tokenizer/bpe_trainer.h"
 #include "tokenizer/tokenizer.h"
 
 namespace zaya::eval {
@@ -32,7 +34,8 @@ std::string eval_data() {
   return test::data_dir() + "/eval";
 }
 
-// A model directory: the golden checkpoint (linked) and a tokenizer trained on every task file's text.
+// A model directory: the golden checkpoint (linked) and the 512-token BPE of tests/data/eval_ref, trained on
+// the task files' text (the one the PyTorch reference used).
 struct Fixture {
   std::string dir;
   ZayaModel model;
@@ -45,13 +48,7 @@ Fixture& fixture() {
     fs::create_directories(dir);
     for (const char* name : {"config.json", "model.safetensors"})
       fs::create_symlink(fs::absolute(fs::path(test::golden_dir()) / name), dir / name);
-    BpeTrainerOptions to;
-    to.vocab_size = 512;
-    BpeTrainer trainer(to);
-    for (const auto& e : fs::recursive_directory_iterator(eval_data()))
-      if (e.is_regular_file() && e.path().extension() == ".jsonl")
-        trainer.add_text(test::read_text(e.path().string()));
-    { std::ofstream(dir / "tokenizer.json") << trainer.train(); }
+    fs::copy_file(test::data_dir() + "/eval_ref/tokenizer.json", dir / "tokenizer.json");
     auto* fx = new Fixture{dir.string(), ZayaModel::load(dir.string()),
                            Tokenizer::load((dir / "tokenizer.json").string())};
     std::atexit([] { fs::remove_all(fixture().dir); });
@@ -210,6 +207,51 @@ TEST(EvalRun, EveryTaskEndToEnd) {
   ASSERT_EQ(t.code, 0) << t.out;
   EXPECT_NE(t.out.find("| hellaswag"), std::string::npos) << t.out;
   EXPECT_NE(t.out.find("acc_norm"), std::string::npos) << t.out;
+}
+
+// Exactness against the PyTorch reference (tools/reference/eval_ref.py, tests/data/eval_ref/README.md): every
+// request's tokens as the reference's lm-eval split gives them, its loglikelihood within 1e-4 (issue 15's
+// bar; measured 1.2e-5: fp32 model, GEMMs of other shapes), the same greedy flags and the same argmax per
+// item.
+TEST(EvalRun, MatchesThePyTorchReference) {
+  const Fixture& fx = fixture();
+  const std::string samples = fx.dir + "/samples.jsonl";
+  Proc p =
+      run_zaya("eval run --model " + fx.dir + " --data-dir " + eval_data() +
+               " --num-fewshot 1 --context 64 --tasks hellaswag,arc_easy,piqa,winogrande,mmlu,lambada_openai,"
+               "my_task --log-samples " +
+               samples);
+  ASSERT_EQ(p.code, 0) << p.out;
+  std::vector<nlohmann::json> got, want;
+  {
+    std::ifstream a(samples), b(test::data_dir() + "/eval_ref/reference.jsonl");
+    for (std::string line; std::getline(a, line);) got.push_back(nlohmann::json::parse(line));
+    for (std::string line; std::getline(b, line);) want.push_back(nlohmann::json::parse(line));
+  }
+  ASSERT_EQ(got.size(), want.size());
+  ASSERT_GT(got.size(), 30u);
+  double worst = 0;
+  std::map<std::pair<std::string, int>, std::vector<std::pair<double, double>>> items;  // (zaya, reference)
+  for (size_t i = 0; i < got.size(); i++) {
+    const auto &g = got[i], &w = want[i];
+    ASSERT_EQ(g["task"], w["task"]) << i;
+    ASSERT_EQ(g["item"], w["item"]) << i;
+    ASSERT_EQ(g["choice"], w["choice"]) << i;
+    EXPECT_EQ(g["continuation_tokens"], w["continuation_tokens"]) << g.dump();
+    EXPECT_EQ(g["input_tokens"], w["input_tokens"]) << g.dump();
+    const double ll = g["loglikelihood"], ref = w["loglikelihood"];
+    ASSERT_TRUE(std::isfinite(ll)) << g.dump();
+    worst = std::max(worst, std::fabs(ll - ref));
+    EXPECT_NEAR(ll, ref, 1e-4) << g.dump();
+    EXPECT_EQ(g["is_greedy"], w["is_greedy"]) << g.dump();
+    items[{g["task"].get<std::string>(), g["item"].get<int>()}].push_back({ll, ref});
+  }
+  for (const auto& [key, v] : items) {
+    std::vector<double> a, b;
+    for (const auto& [x, y] : v) a.push_back(x), b.push_back(y);
+    EXPECT_EQ(argmax_first(a), argmax_first(b)) << key.first << " item " << key.second;
+  }
+  std::printf("%zu requests: max |ll - reference| %.2e\n", got.size(), worst);
 }
 
 // Bad input: a clear error naming what is wrong, a non-zero exit, no crash.

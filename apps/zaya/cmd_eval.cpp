@@ -232,6 +232,9 @@ int cmd_eval(int argc, char** argv) {
                 "score every choice as its own sequence (lm-eval's way; the default runs a question's "
                 "context once for all its choices)");
   run->add_option("--output", ro.output, "write the results JSON here");
+  run->add_option(
+      "--log-samples", ro.log_samples,
+      "write every loglikelihood request (text, tokens, loglikelihood, greedy flag) as JSONL here");
   run->add_option("--tokenizer", ro.tokenizer, "tokenizer.json (default: MODEL/tokenizer.json)");
   run->add_option("--dtype", ro.dtype, "GEMM compute dtype of the float matrices")
       ->check(CLI::IsMember({"fp32", "bf16"}));

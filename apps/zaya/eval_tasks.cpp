@@ -85,13 +85,18 @@ struct TaskTiming {
 // A loglikelihood task (multiple choice or LAMBADA-style): prepared, scored, its results.
 std::vector<eval::TaskResult> run_scored(const ZayaModel& model, const Tokenizer& tok,
                                          const std::string& name, int k, const EvalRunOptions& o,
-                                         int64_t context, TaskTiming* timing) {
+                                         int64_t context, TaskTiming* timing, std::ofstream* samples) {
   const eval::PreparedTask task = eval::prepare_task(name, o.data_dir, k, o.limit, o.seed, tok, context);
   eval::ScoreOptions so;
   so.batch_tokens = o.batch_tokens;
   so.share_context = o.share_context;
   EvalProgress bar(name, "requests", task.requests.size());
-  auto res = eval::score_task(model, task, so, &timing->stats, [&](size_t d, size_t) { bar.update(d); });
+  std::vector<eval::LoglikelihoodResult> per_request;
+  auto res = eval::score_task(
+      model, task, so, &timing->stats, [&](size_t d, size_t) { bar.update(d); }, &per_request);
+  if (samples)
+    for (size_t r = 0; r < per_request.size(); r++)
+      *samples << eval::request_sample(task, r, per_request[r]).dump() << "\n";
   timing->items = task.mc.size() + task.ll.size();
   timing->requests = task.requests.size();
   return res;
@@ -190,6 +195,11 @@ int eval_run(const EvalRunOptions& o) {
 
   std::vector<eval::TaskResult> results;
   std::vector<TaskTiming> timings;
+  std::unique_ptr<std::ofstream> samples;
+  if (!o.log_samples.empty()) {
+    samples = std::make_unique<std::ofstream>(o.log_samples, std::ios::binary | std::ios::trunc);
+    ZAYA_CHECK(samples->good(), o.log_samples, ": cannot write the samples");
+  }
   for (const std::string& name : o.tasks) {
     const auto ts = Clock::now();
     const eval::Task* known = eval::find_task(name);
@@ -200,7 +210,7 @@ int eval_run(const EvalRunOptions& o) {
       const eval::TaskData data = eval::load_task(name, o.data_dir, k > 0);
       results.push_back(run_generation(model, tok, data, k, o, context, &timing));
     } else {
-      auto r = run_scored(model, tok, name, k, o, context, &timing);
+      auto r = run_scored(model, tok, name, k, o, context, &timing, samples.get());
       results.insert(results.end(), r.begin(), r.end());
     }
     timing.seconds = std::chrono::duration<double>(Clock::now() - ts).count();

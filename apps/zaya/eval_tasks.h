@@ -24,6 +24,7 @@ struct EvalRunOptions {
   int64_t bootstrap_iters = 100000;  // lm-eval's --bootstrap_iters (perplexity stderr)
   int64_t max_gen_tokens = 256;      // generative tasks: lm-eval's max_gen_toks default
   std::string output;                // results JSON; "" = stdout only
+  std::string log_samples;           // per-request JSONL (lm-eval's --log_samples); "" = none
   std::string dtype = "fp32";        // GEMM compute dtype of the float matrices
   Semantics semantics = Semantics::Auto;
 };

@@ -47,14 +47,43 @@ PreparedTask prepare_task(const std::string& name, const std::string& data_dir, 
 
 std::vector<TaskResult> score_task(const ZayaModel& model, const PreparedTask& task,
                                    const ScoreOptions& options, ScoreStats* stats,
-                                   const std::function<void(size_t, size_t)>& progress) {
+                                   const std::function<void(size_t, size_t)>& progress,
+                                   std::vector<LoglikelihoodResult>* per_request) {
   const std::vector<LoglikelihoodResult> res =
       score_requests(model, task.requests, task.group, options, stats, progress);
+  if (per_request) *per_request = res;
   if (task.data.task.output_type == OutputType::Loglikelihood)
     return {loglikelihood_results(task.data, task.ll, res, task.num_fewshot)};
   std::vector<std::vector<double>> ll(task.mc.size());
   for (size_t r = 0; r < res.size(); r++) ll[size_t(task.group[r])].push_back(res[r].loglikelihood);
   return multiple_choice_results(task.data, task.mc, ll, task.num_fewshot);
+}
+
+nlohmann::json request_sample(const PreparedTask& task, size_t r, const LoglikelihoodResult& result) {
+  const size_t item = size_t(task.group[r]);
+  size_t choice = 0;  // the requests of an item are adjacent, in choice order
+  while (r > choice && task.group[r - choice - 1] == int64_t(item)) choice++;
+  nlohmann::json j;
+  j["task"] = task.data.task.name;
+  j["item"] = item;
+  j["choice"] = choice;
+  if (!task.mc.empty()) {
+    const McItem& it = task.mc[item];
+    j["doc"] = it.id;
+    j["gold"] = it.gold;
+    j["context"] = it.context(choice);
+    j["continuation"] = it.continuation(choice);
+  } else {
+    const LlItem& it = task.ll[item];
+    j["doc"] = it.id;
+    j["context"] = it.context;
+    j["continuation"] = it.continuation;
+  }
+  j["input_tokens"] = task.requests[r].input.size();
+  j["continuation_tokens"] = task.requests[r].continuation;
+  j["loglikelihood"] = result.loglikelihood;
+  j["is_greedy"] = result.is_greedy;
+  return j;
 }
 
 std::vector<std::pair<std::string, double>> headline_metrics(const std::vector<TaskResult>& results,

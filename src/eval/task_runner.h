@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -32,9 +33,15 @@ PreparedTask prepare_task(const std::string& name, const std::string& data_dir, 
 
 // Scores every request and returns lm-eval's results for the task (MMLU: one per subject, groups in the
 // results JSON). `progress` as score_requests'.
+// `per_request` (nullable): each request's (loglikelihood, is_greedy), in task.requests' order.
 std::vector<TaskResult> score_task(const ZayaModel& model, const PreparedTask& task,
                                    const ScoreOptions& options, ScoreStats* stats = nullptr,
-                                   const std::function<void(size_t, size_t)>& progress = nullptr);
+                                   const std::function<void(size_t, size_t)>& progress = nullptr,
+                                   std::vector<LoglikelihoodResult>* per_request = nullptr);
+
+// One line of lm-eval-style per-request samples for request r of `task` (zaya eval run --log-samples):
+// the task, the item's doc id and index, the choice, the request's text and tokens, the result.
+nlohmann::json request_sample(const PreparedTask& task, size_t r, const LoglikelihoodResult& result);
 
 // The mean of each metric of `results` under the filter "none", keyed "TASK/METRIC" (MMLU subjects are
 // averaged over items into "mmlu/acc"): the figures training logs per evaluation.
