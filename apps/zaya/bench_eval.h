@@ -20,6 +20,7 @@ struct BenchEvalOptions {
   int64_t batch_tokens = 2048;
   std::string dtype = "fp32";
   int repeats = 3;
+  std::string way = "both";  // both | shared | separate (one way only: for ZAYA_PROFILE=1)
   uint64_t seed = 0;
   SemanticsOption semantics;
 };

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "kernels/vec_math.h"
 
 namespace zaya::eval {
 
@@ -14,16 +15,23 @@ LoglikelihoodResult score_rows(const float* logits, int64_t V, const std::vector
   r.is_greedy = true;
   for (size_t j = 0; j < continuation.size(); j++) {
     const float* row = logits + int64_t(j) * V;
-    int64_t best = 0;
-    for (int64_t v = 1; v < V; v++)
-      if (row[v] > row[best]) best = v;  // the first maximum, as torch.argmax
-    const float mx = row[best];
-    double z = 0;
-    for (int64_t v = 0; v < V; v++) z += std::exp(double(row[v]) - double(mx));
-    r.loglikelihood += double(row[continuation[j]]) - double(mx) - std::log(z);
-    if (best != continuation[j]) r.is_greedy = false;
+    const float mx = row_max(row, V);
+    // log p(t) = x_t − max − ln Σ exp(x − max): vectorised exp, the sum in double (kernels/vec_math.h, the
+    // cross-entropy's own pair).
+    r.loglikelihood +=
+        double(row[continuation[j]]) - double(mx) - std::log(exp_shift_sum(nullptr, row, V, mx));
+    // Greedy: the token is the first maximum of its row (torch.argmax).
+    if (!(row[continuation[j]] == mx)) {
+      r.is_greedy = false;
+    } else {
+      for (int32_t v = 0; v < continuation[j]; v++)
+        if (row[v] == mx) {
+          r.is_greedy = false;
+          break;
+        }
+    }
   }
-  // A NaN logit anywhere in a row makes its loglikelihood NaN (z); never report such a request as greedy.
+  // A NaN logit anywhere in a row makes its loglikelihood NaN; never report such a request as greedy.
   if (std::isnan(r.loglikelihood)) r.is_greedy = false;
   return r;
 }
@@ -100,57 +108,79 @@ std::vector<LoglikelihoodResult> score_requests(const ZayaModel& model,
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return units[a].tokens > units[b].tokens; });
 
+  // Pipelined: every forward runs the tails of the previous batch of units (from their prefixes' states)
+  // together with the prefixes of the next batch, so each forward holds about batch_tokens tokens; units
+  // without a shared prefix run whole in the forward of their batch.
   std::vector<LoglikelihoodResult> out(requests.size());
   ForwardScratch scratch;
   std::vector<float> logits;
   std::vector<int64_t> logit_row;
   size_t done = 0;
-  for (size_t u0 = 0; u0 < order.size();) {
-    // This forward's units: at least one, then while the batch stays under batch_tokens.
-    size_t u1 = u0 + 1;
-    int64_t tokens = units[order[u0]].tokens;
-    while (u1 < order.size() && tokens + units[order[u1]].tokens <= options.batch_tokens)
+  std::vector<size_t> waiting;           // units whose prefix state is ready, tails not yet run
+  std::vector<ZayaCache> waiting_state;  // [waiting]: each one's prefix state
+  for (size_t u0 = 0; u0 < order.size() || !waiting.empty();) {
+    // The next batch's units: at least one, then while the batch stays under batch_tokens.
+    size_t u1 = u0;
+    int64_t tokens = 0;
+    while (u1 < order.size() && (u1 == u0 || tokens + units[order[u1]].tokens <= options.batch_tokens))
       tokens += units[order[u1++]].tokens;
+    st.tokens_run += tokens;
 
-    // 1. The shared prefixes, no logits.
-    std::vector<ZayaCache> prefix_cache(u1 - u0);
+    std::vector<ZayaCache> cache;  // one per entry below; reserved so the pointers stay valid
+    size_t entries = 0;
+    for (size_t w : waiting) entries += units[w].requests.size();
+    for (size_t j = u0; j < u1; j++)
+      entries += units[order[j]].prefix > 0 ? 1 : units[order[j]].requests.size();
+    cache.reserve(entries);
     std::vector<SeqStep> steps;
-    for (size_t j = u0; j < u1; j++) {
-      const Unit& u = units[order[j]];
-      if (u.prefix == 0) continue;
-      prefix_cache[j - u0] = ZayaCache(model.cfg, 1);
-      steps.push_back({&prefix_cache[j - u0], requests[u.requests[0]].input.data(), u.prefix, 0});
-    }
-    if (!steps.empty()) {
-      zaya_forward_seqs(model, steps, logits, logit_row, scratch);
-      st.forwards++;
-    }
-    // 2. Every request's tail from its unit's prefix state (a copy), with the continuation's logits.
-    std::vector<size_t> req_of_step;
-    std::vector<ZayaCache> cache;
-    for (size_t j = u0; j < u1; j++) cache.resize(cache.size() + units[order[j]].requests.size());
-    steps.clear();
-    size_t c = 0;
-    for (size_t j = u0; j < u1; j++) {
-      const Unit& u = units[order[j]];
+    std::vector<int64_t> req_of_step;  // the request an entry scores, -1 for a prefix
+    // Tails of the waiting units, each from a copy of its unit's prefix state.
+    for (size_t w = 0; w < waiting.size(); w++) {
+      const Unit& u = units[waiting[w]];
       for (size_t i : u.requests) {
-        cache[c] = u.prefix > 0 ? prefix_cache[j - u0].compact_copy(model.cfg) : ZayaCache(model.cfg, 1);
+        cache.push_back(waiting_state[w].compact_copy(model.cfg));
         const ScoringInput& r = requests[i];
-        const int64_t n = int64_t(r.input.size()) - u.prefix;
-        steps.push_back({&cache[c], r.input.data() + u.prefix, n, int64_t(r.continuation.size())});
-        req_of_step.push_back(i);
-        c++;
+        steps.push_back({&cache.back(), r.input.data() + u.prefix, int64_t(r.input.size()) - u.prefix,
+                         int64_t(r.continuation.size())});
+        req_of_step.push_back(int64_t(i));
+      }
+    }
+    // The new batch: prefixes (no logits), and whole requests of units that share nothing.
+    std::vector<size_t> next;
+    std::vector<size_t> next_entry;  // [next]: the entry (and cache) of its prefix
+    for (size_t j = u0; j < u1; j++) {
+      const Unit& u = units[order[j]];
+      if (u.prefix > 0) {
+        cache.emplace_back(model.cfg, 1);
+        steps.push_back({&cache.back(), requests[u.requests[0]].input.data(), u.prefix, 0});
+        req_of_step.push_back(-1);
+        next.push_back(order[j]);
+        next_entry.push_back(steps.size() - 1);
+        continue;
+      }
+      for (size_t i : u.requests) {
+        cache.emplace_back(model.cfg, 1);
+        const ScoringInput& r = requests[i];
+        steps.push_back(
+            {&cache.back(), r.input.data(), int64_t(r.input.size()), int64_t(r.continuation.size())});
+        req_of_step.push_back(int64_t(i));
       }
     }
     zaya_forward_seqs(model, steps, logits, logit_row, scratch);
     st.forwards++;
-    for (size_t s = 0; s < steps.size(); s++) {
-      const ScoringInput& r = requests[req_of_step[s]];
-      out[req_of_step[s]] = score_rows(logits.data() + logit_row[s] * V, V, r.continuation);
-      st.tokens_scored += int64_t(r.continuation.size());
-    }
-    st.tokens_run += tokens;
-    done += steps.size();
+#pragma omp parallel for schedule(dynamic)
+    for (size_t e = 0; e < steps.size(); e++)
+      if (req_of_step[e] >= 0)
+        out[size_t(req_of_step[e])] =
+            score_rows(logits.data() + logit_row[e] * V, V, requests[size_t(req_of_step[e])].continuation);
+    for (size_t e = 0; e < steps.size(); e++)
+      if (req_of_step[e] >= 0) {
+        st.tokens_scored += int64_t(requests[size_t(req_of_step[e])].continuation.size());
+        done++;
+      }
+    waiting_state.clear();
+    for (size_t e : next_entry) waiting_state.push_back(std::move(cache[e]));
+    waiting = std::move(next);
     if (progress) progress(done, requests.size());
     u0 = u1;
   }

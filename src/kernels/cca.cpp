@@ -53,8 +53,10 @@ void cca_conv_forward(float* out, float* mid, const float* frames, const float* 
   // budget, which depends on the other sequences). The same side-by-side inputs, one dot-form product per
   // group on zaya's small kernel (a fixed order per element over the d·t1 terms, whatever S; gemm_small.h),
   // with no re-laid weights and no dispatch: a decode step's convolution ran a 330 kB weight transpose, a
-  // parallel region and 20 gemm() calls per layer (236 vs 50 us a call for mid.json).
-  if (gemm_batch_invariant()) {
+  // parallel region and 20 gemm() calls per layer (236 vs 50 us a call for mid.json). Outside that mode it
+  // serves chunks below 64 positions too (the re-laid weights and per-tap GEMMs below cost more there: the
+  // 20-token continuations of `zaya eval run`'s shared-context scoring).
+  if (gemm_batch_invariant() || S < 64) {
     const int64_t K = d * t1;
 #pragma omp parallel for schedule(dynamic, 1) if (S * C * K > (int64_t(1) << 18))
     for (int64_t g = 0; g < groups; g++) {
