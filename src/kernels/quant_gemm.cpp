@@ -517,22 +517,38 @@ void dequant_packed_rows(float* out32, uint16_t* out16, const DecodePack& p, int
 
 // ---- The bf16 dot-product kernel: BF16 and FP8 weights, activations rounded to bf16 (quant_gemm.h) ----
 
-// 32 e4m3 values as bf16, exactly (bf16 has e4m3's every value): S.EEEE.MMM -> S.(E + 120).MMM0000 for
-// E >= 1; E = 0 is a subnormal M · 2^-9, looked up (vdpbf16ps would flush a bf16 subnormal to zero, so the
-// values are never shifted into that range); the NaN code S.1111.111 stays NaN.
+// The bf16 bits of every e4m3 magnitude code S=0.EEEE.MMM (exact: bf16 has e4m3's every value):
+// (E + 120).MMM0000 for E >= 1, the subnormal M · 2^-9 for E = 0 (as a normal bf16: vdpbf16ps would flush a
+// bf16 subnormal to zero), and 0x7FC0 (NaN) for the NaN code 0.1111.111. Four 32-entry vectors, for
+// vpermi2w.
+struct E4m3Bf16Table {
+  alignas(64) uint16_t v[128];
+  E4m3Bf16Table() {
+    for (int c = 0; c < 128; c++) {
+      const int e = c >> 3, m = c & 7;
+      if (c == 127) {
+        v[c] = 0x7FC0;
+      } else if (e == 0) {
+        v[c] = m == 0 ? 0 : f32_to_bf16(std::ldexp(float(m), -9));  // exact: 3 mantissa bits
+      } else {
+        v[c] = uint16_t(((e + 120) << 7) | (m << 4));
+      }
+    }
+  }
+};
+
+// 32 e4m3 values as bf16, exactly: the magnitude looked up in the 128-entry table (two two-register
+// permutes, bit 6 choosing between them), the sign moved to bit 15. ~7 instructions per 32 weights.
 inline __m512i e4m3_to_bf16(const uint8_t* p) {
-  alignas(64) static const uint16_t kSubnormal[32] = {0x0000, 0x3B00, 0x3B80, 0x3BC0,
-                                                      0x3C00, 0x3C20, 0x3C40, 0x3C60};  // M · 2^-9, M = 0..7
+  static const E4m3Bf16Table table;
+  const __m512i t0 = _mm512_load_si512(table.v), t1 = _mm512_load_si512(table.v + 32);
+  const __m512i t2 = _mm512_load_si512(table.v + 64), t3 = _mm512_load_si512(table.v + 96);
   const __m512i x = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  const __m512i sign = _mm512_and_si512(_mm512_slli_epi16(x, 8), _mm512_set1_epi16(int16_t(0x8000)));
-  __m512i v = _mm512_add_epi16(_mm512_and_si512(_mm512_slli_epi16(x, 4), _mm512_set1_epi16(0x07F0)),
-                               _mm512_set1_epi16(120 << 7));
-  const __mmask32 sub = _mm512_testn_epi16_mask(x, _mm512_set1_epi16(0x78));
-  if (sub) v = _mm512_mask_permutexvar_epi16(v, sub, x, _mm512_load_si512(kSubnormal));  // index: x & 31 = M
-  const __mmask32 nan =
-      _mm512_cmpeq_epi16_mask(_mm512_and_si512(x, _mm512_set1_epi16(0x7F)), _mm512_set1_epi16(0x7F));
-  v = _mm512_mask_mov_epi16(v, nan, _mm512_set1_epi16(0x7FC0));
-  return _mm512_or_si512(v, sign);
+  const __m512i lo = _mm512_permutex2var_epi16(t0, x, t1);  // reads index bits [5:0]
+  const __m512i hi = _mm512_permutex2var_epi16(t2, x, t3);
+  const __m512i v = _mm512_mask_blend_epi16(_mm512_test_epi16_mask(x, _mm512_set1_epi16(0x40)), lo, hi);
+  // v | ((x << 8) & 0x8000): the sign bit.
+  return _mm512_ternarylogic_epi32(v, _mm512_slli_epi16(x, 8), _mm512_set1_epi16(int16_t(0x8000)), 0xF8);
 }
 
 // out[m, r] (m < MR, r < NR; out at row 0, column 0 of the block) = row_scale[r] · Σ_k a[m, k] · w[r][k]:
