@@ -4,6 +4,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include <omp.h>
+
 #include "core/error.h"
 #include "core/profile.h"
 #include "core/quant.h"
@@ -153,10 +155,19 @@ void block_forward(const ZayaModel& model, int64_t li, const BlockCall& call, fl
   float* raw = grow(sc.raw, T * C);
   float* vc = grow(sc.vc, T * Kv / 2);
   float* dv = grow(sc.dv, T * Kv / 2);
-  float* frames = grow(sc.frames, (P + Smax) * C);
-  float* mid = grow(sc.mid, (Smax + c.cca_time1 - 1) * C);
+  // Segments are independent (each continues its own cache row). Many short ones (decode steps, the
+  // continuations of shared-context scoring) run one per thread, every kernel inside single-threaded: one
+  // 20-token segment's convolution, RoPE and attention are too small to split, so threading inside them
+  // paid a parallel region per kernel per segment. Long segments keep their kernels' own threads. Each
+  // thread has its own frames / mid / vals scratch. (Not for a recording forward: training keeps one order.)
+  constexpr int64_t kShortSegment = 64;  // tokens: below this a segment's kernels are not worth splitting
+  const bool seg_parallel = !la && !call.training && n_segs > 1;
+  const int64_t seg_threads = seg_parallel ? std::max(1, omp_get_max_threads()) : 1;
+  const int64_t frames_n = (P + Smax) * C, mid_n = (Smax + c.cca_time1 - 1) * C, vals_n = Smax * Kv;
+  float* frames_all = grow(sc.frames, seg_threads * frames_n);
+  float* mid_all = grow(sc.mid, seg_threads * mid_n);
   float* conv = grow(sc.conv, T * C);
-  float* vals = grow(sc.vals, Smax * Kv);
+  float* vals_all = grow(sc.vals, seg_threads * vals_n);
   float* ocat = grow(sc.ocat, T * A);
   float* rho = grow(sc.rho, T * R);
   float* r1 = grow(sc.r1, T * R);
@@ -198,12 +209,19 @@ void block_forward(const ZayaModel& model, int64_t li, const BlockCall& call, fl
   }
   if (la) keep(la->raw, raw, T * C);
 
-  for (int64_t si = 0; si < n_segs; si++) {
+  // Every row of a cache appends at the same place (see BlockCall): its length before this call.
+  std::vector<int64_t> old_lens(static_cast<size_t>(n_segs));
+  for (int64_t si = 0; si < n_segs; si++) old_lens[size_t(si)] = call.segs[si].cache->layers[li].len;
+  // Segment si on thread slot tid (its scratch): convolution, Q/K, values, key append, attention.
+  auto run_segment = [&](int64_t si, int64_t tid) {
     const BlockSegment& sg = call.segs[si];
     ZayaLayerCache& lc = sg.cache->layers[li];
     const int64_t S = sg.n, t0 = sg.t0, b = sg.row;
     const int64_t key_pos0 = lc.start;
-    const int64_t old_len = lc.len;  // every row of a cache appends at the same place (see BlockCall)
+    const int64_t old_len = old_lens[size_t(si)];
+    float* frames = frames_all + tid * frames_n;
+    float* mid = mid_all + tid * mid_n;
+    float* vals = vals_all + tid * vals_n;
     // Raw frames: the P cached frames (zeros on a fresh sequence), then this call's S frames.
     float* state = lc.conv.data() + b * P * C;
     if (!sg.has_state) std::memset(state, 0, P * C * sizeof(float));
@@ -267,11 +285,22 @@ void block_forward(const ZayaModel& model, int64_t li, const BlockCall& call, fl
     attention_forward(ocat + t0 * A, la ? la->lse.data() + t0 * Hq : nullptr, cv, C,
                       lc.k.data() + b * Hk * lc.cap * d, lc.v.data() + b * Hk * lc.cap * d, sg.pos, kvalid,
                       args);
-
-    // The cache's last row done: its keys advance. Sliding layers keep only the last W-1 keys (spec
-    // §7.4); a recording (training) forward keeps all.
-    if (b + 1 < sg.cache->B) continue;
-    lc.len = old_len + S;
+  };
+  std::vector<int64_t> short_segs, long_segs;
+  for (int64_t si = 0; si < n_segs; si++)
+    (seg_parallel && call.segs[si].n < kShortSegment ? short_segs : long_segs).push_back(si);
+  const bool threads_over_segments = short_segs.size() > 1;
+#pragma omp parallel for schedule(dynamic, 1) if (threads_over_segments)
+  for (size_t i = 0; i < short_segs.size(); i++)
+    run_segment(short_segs[i], threads_over_segments ? omp_get_thread_num() : 0);
+  for (int64_t si : long_segs) run_segment(si, 0);
+  // Each cache's keys advance once, after all its rows attended. Sliding layers keep only the last W-1 keys
+  // (spec §7.4); a recording (training) forward keeps all.
+  for (int64_t si = 0; si < n_segs; si++) {
+    const BlockSegment& sg = call.segs[si];
+    if (sg.row + 1 < sg.cache->B) continue;
+    ZayaLayerCache& lc = sg.cache->layers[li];
+    lc.len = old_lens[size_t(si)] + sg.n;
     if (!call.training && c.layer_types[li] == LayerType::HybridSliding && lc.len > c.sliding_window - 1) {
       int64_t keep = c.sliding_window - 1, drop = lc.len - keep;
       for (int64_t bh = 0; bh < sg.cache->B * Hk; bh++) {
