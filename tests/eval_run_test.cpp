@@ -254,6 +254,42 @@ TEST(EvalRun, MatchesThePyTorchReference) {
   std::printf("%zu requests: max |ll - reference| %.2e\n", got.size(), worst);
 }
 
+// GSM8K generation against the PyTorch reference (tools/reference/eval_ref.py --gen-out,
+// tests/data/eval_ref/gsm8k_reference.jsonl): from the same prompt tokens, zaya's greedy tokens through the
+// serving engine are a prefix of the reference's (zaya cancels a sequence once its text holds a stop
+// sequence; the reference runs to the stop token or the limit), and the text cut at the stop sequences, the
+// answer each lm-eval filter extracts and both exact-match scores are the same.
+TEST(EvalRun, Gsm8kMatchesThePyTorchReference) {
+  const Fixture& fx = fixture();
+  const std::string samples = fx.dir + "/gsm8k_samples.jsonl";
+  Proc p = run_zaya("eval run --model " + fx.dir + " --data-dir " + eval_data() +
+                    " --num-fewshot 1 --context 64 --max-gen-tokens 24 --tasks gsm8k --log-samples " + samples);
+  ASSERT_EQ(p.code, 0) << p.out;
+  std::vector<nlohmann::json> got, want;
+  {
+    std::ifstream a(samples), b(test::data_dir() + "/eval_ref/gsm8k_reference.jsonl");
+    for (std::string line; std::getline(a, line);) got.push_back(nlohmann::json::parse(line));
+    for (std::string line; std::getline(b, line);) want.push_back(nlohmann::json::parse(line));
+  }
+  ASSERT_EQ(got.size(), want.size());
+  ASSERT_GE(got.size(), 3u);
+  size_t tokens = 0;
+  for (size_t i = 0; i < got.size(); i++) {
+    const auto &g = got[i], &w = want[i];
+    ASSERT_EQ(g["item"], w["item"]) << i;
+    EXPECT_EQ(g["prompt_tokens"], w["prompt_tokens"]) << i;
+    const auto z = g["generated_tokens"].get<std::vector<int32_t>>();
+    const auto r = w["generated_tokens"].get<std::vector<int32_t>>();
+    ASSERT_LE(z.size(), r.size()) << g.dump();
+    EXPECT_TRUE(std::equal(z.begin(), z.end(), r.begin())) << g.dump() << "\n" << w.dump();
+    for (const char* key :
+         {"generation", "strict_match", "flexible_extract", "exact_match_strict", "exact_match_flexible"})
+      EXPECT_EQ(g[key], w[key]) << key << ": " << g.dump();
+    tokens += z.size();
+  }
+  EXPECT_GT(tokens, 0u) << "the generations must not all be empty";
+}
+
 // Bad input: a clear error naming what is wrong, a non-zero exit, no crash.
 TEST(EvalRun, BadInputIsAClearError) {
   const Fixture& fx = fixture();

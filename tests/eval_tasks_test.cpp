@@ -239,7 +239,7 @@ TEST(EvalTasks, LambadaLastWord) {
 TEST(EvalTasks, Gsm8kItems) {
   const TaskData data = load_task("gsm8k", kData, true);
   const auto items = build_gen_items(data, 2, 1234);
-  ASSERT_EQ(items.size(), 1u);
+  ASSERT_EQ(items.size(), 4u);
   EXPECT_EQ(
       items[0].context,
       "Question: What is 2 * 5?\nAnswer: 2 * 5 = 10\n#### 10\n\nQuestion: What is 1 + 2?\nAnswer: 1 + 2 = "
@@ -517,14 +517,20 @@ TEST(EvalResults, FromScores) {
 
   const TaskData gsm = load_task("gsm8k", kData, false);
   const auto gen = build_gen_items(gsm, 0);
-  const TaskResult g =
-      generation_results(gsm, gen, {" 3 + 4 = 7 apples.\n#### 7\n\nQuestion: What is 8?"}, 0);
+  const TaskResult g = generation_results(gsm, gen,
+                                          {" 3 + 4 = 7 apples.\n#### 7\n\nQuestion: What is 8?",
+                                           " 3 * 12 = 36 pens. The answer is 36.",
+                                           " She has $1,000 left.\n#### 1,000",
+                                           " It goes 150 miles.\n#### 150.0"},
+                                          0);
   EXPECT_EQ(g.metrics[0].filter, "strict-match");
-  EXPECT_EQ(g.metrics[0].values, (std::vector<double>{1}));
-  EXPECT_EQ(g.metrics[1].values, (std::vector<double>{1}));
-  const TaskResult miss = generation_results(gsm, gen, {"It is 7 apples, or 8"}, 0);
-  EXPECT_EQ(miss.metrics[0].values, (std::vector<double>{0}));  // no "#### "
-  EXPECT_EQ(miss.metrics[1].values, (std::vector<double>{0}));  // the last number is 8
+  // strict: "#### N" only; "1,000" equals "#### 1,000" once the commas go; "150.0" is not "150".
+  EXPECT_EQ(g.metrics[0].values, (std::vector<double>{1, 0, 1, 0}));
+  // flexible: the last number ("36." loses its final "."), cut at "Question:" first (else "8" would win).
+  EXPECT_EQ(g.metrics[1].values, (std::vector<double>{1, 1, 1, 0}));
+  const TaskResult miss = generation_results(gsm, gen, {"It is 7 apples, or 8", "", "#### 999", "150"}, 0);
+  EXPECT_EQ(miss.metrics[0].values, (std::vector<double>{0, 0, 0, 0}));  // no "#### ", or a wrong number
+  EXPECT_EQ(miss.metrics[1].values, (std::vector<double>{0, 0, 0, 1}));  // 8; [invalid]; 999; 150
 
   const TaskData lam = load_task("lambada_openai", kData, false);
   const TaskResult l = loglikelihood_results(lam, build_ll_items(lam, 0), {{-1.0, true}, {-3.0, false}}, 0);

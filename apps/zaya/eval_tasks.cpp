@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "core/quant.h"
+#include "eval/gsm8k.h"
 #include "eval/loglikelihood.h"
 #include "eval/requests.h"
 #include "eval/results.h"
@@ -104,8 +105,11 @@ std::vector<eval::TaskResult> run_scored(const ZayaModel& model, const Tokenizer
 
 // Greedy generation until a stop sequence (lm-eval's generate_until): every item through the serving
 // engine's continuous batching; a sequence is cancelled as soon as its text holds a stop sequence.
+// With `samples`, one JSON line per item: its prompt tokens, the generated tokens and text, the answer
+// each filter extracted and the exact-match scores (tools/reference/eval_ref.py regenerates them).
 eval::TaskResult run_generation(const ZayaModel& model, const Tokenizer& tok, const eval::TaskData& data,
-                                int k, const EvalRunOptions& o, int64_t context, TaskTiming* timing) {
+                                int k, const EvalRunOptions& o, int64_t context, TaskTiming* timing,
+                                std::ofstream* samples) {
   std::vector<eval::GenItem> items = eval::build_gen_items(data, k, o.seed);
   if (o.limit > 0 && int64_t(items.size()) > o.limit) items.resize(size_t(o.limit));
   ZAYA_CHECK(o.max_gen_tokens > 0 && o.max_gen_tokens < context, data.task.name, ": --max-gen-tokens ",
@@ -125,6 +129,7 @@ eval::TaskResult run_generation(const ZayaModel& model, const Tokenizer& tok, co
     bool done = false;
   };
   std::vector<Running> run(items.size());
+  std::vector<std::vector<int32_t>> prompts(items.size());
   const int64_t max_prompt = context - o.max_gen_tokens;
   for (size_t i = 0; i < items.size(); i++) {
     std::vector<int32_t> prompt{tok.bos_id()};
@@ -132,6 +137,7 @@ eval::TaskResult run_generation(const ZayaModel& model, const Tokenizer& tok, co
     prompt.insert(prompt.end(), body.begin(), body.end());
     if (int64_t(prompt.size()) > max_prompt)  // left truncation, as lm-eval's left_truncate_len
       prompt.erase(prompt.begin(), prompt.end() - max_prompt);
+    prompts[i] = prompt;
     serve::SeqRequest r;
     r.prompt = std::move(prompt);
     r.sampler.greedy = true;
@@ -174,6 +180,28 @@ eval::TaskResult run_generation(const ZayaModel& model, const Tokenizer& tok, co
     if (!any) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   for (size_t i = 0; i < items.size(); i++) items[i].until.push_back(eos_text);
+  if (samples)
+    for (size_t i = 0; i < items.size(); i++) {
+      const std::string text = eval::truncate_at_stop_sequences(texts[i], items[i].until);
+      const std::string strict = eval::gsm8k_strict_match(text), flexible = eval::gsm8k_flexible_extract(text);
+      nlohmann::json j;
+      j["task"] = data.task.name;
+      j["item"] = i;
+      j["doc"] = items[i].id;
+      j["context"] = items[i].context;
+      j["until"] = items[i].until;
+      j["max_gen_tokens"] = o.max_gen_tokens;
+      j["prompt_tokens"] = prompts[i];
+      j["generated_tokens"] = run[i].tokens;
+      j["stop_token_ids"] = {tok.eos_id()};
+      j["generation"] = text;
+      j["reference"] = items[i].reference;
+      j["strict_match"] = strict;
+      j["flexible_extract"] = flexible;
+      j["exact_match_strict"] = eval::gsm8k_exact_match(strict, items[i].reference);
+      j["exact_match_flexible"] = eval::gsm8k_exact_match(flexible, items[i].reference);
+      *samples << j.dump() << "\n";
+    }
   timing->items = items.size();
   timing->requests = items.size();
   return eval::generation_results(data, items, texts, k);
@@ -208,7 +236,7 @@ int eval_run(const EvalRunOptions& o) {
     timing.task = name;
     if (known && known->output_type == eval::OutputType::GenerateUntil) {
       const eval::TaskData data = eval::load_task(name, o.data_dir, k > 0);
-      results.push_back(run_generation(model, tok, data, k, o, context, &timing));
+      results.push_back(run_generation(model, tok, data, k, o, context, &timing, samples.get()));
     } else {
       auto r = run_scored(model, tok, name, k, o, context, &timing, samples.get());
       results.insert(results.end(), r.begin(), r.end());

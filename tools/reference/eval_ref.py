@@ -14,6 +14,13 @@ and continuation text and zaya's loglikelihood), and for every request, independ
 Then it checks the tokens equal zaya's, prints the largest |ll_zaya - ll_ref| and the accuracies both give, and
 writes the reference (one JSON line per request) for tests/data/eval_ref.
 
+Generative samples (GSM8K: the lines with "generated_tokens") are regenerated from zaya's prompt tokens: greedy
+argmax of the plain-PyTorch model, one full forward per step, until the stop token or max_gen_tokens; decoded
+(byte-level, special tokens skipped), cut at the first stop sequence, the answers extracted with lm-eval's own
+regexes (lm_eval/tasks/gsm8k/gsm8k.yaml: strict-match and flexible-extract, lm_eval/filters/extraction.py) and
+scored with its exact_match normalisation; zaya's tokens must be a prefix of the reference's (zaya cancels a
+sequence once its text holds a stop sequence), its cut text, answers and scores equal. --gen-out writes them.
+
     /usr/bin/python3 tools/reference/eval_ref.py --model DIR --tokenizer TOKENIZER.json \
         --samples SAMPLES.jsonl --context 256 --out tests/data/eval_ref/reference.jsonl
 
@@ -64,6 +71,14 @@ class ByteLevelBPE:
         self.byte_char = bytes_to_unicode()
         self.added = {a["content"]: a["id"] for a in t.get("added_tokens", [])}
         self.bos = next((self.added[s] for s in ("<bos>", "<s>", "<|begin_of_text|>") if s in self.added), None)
+        self.id_to_token = {i: t for t, i in self.vocab.items()}
+        self.special_ids = set(self.added.values())
+        self.char_byte = {c: b for b, c in self.byte_char.items()}
+
+    def decode(self, ids):
+        """Token ids to text, special tokens skipped (the tokenizers library's ByteLevel decoder)."""
+        text = "".join(self.id_to_token[i] for i in ids if i not in self.special_ids)
+        return bytes(self.char_byte[c] for c in text).decode("utf-8", errors="replace")
 
     def _bpe(self, word):
         parts = list(word)
@@ -118,18 +133,95 @@ def score(model, tok, context, continuation, max_len):
     return inp, cont, ll, greedy
 
 
+def greedy_generate(model, prompt, max_tokens, stop_ids):
+    """Greedy tokens after `prompt` (stop token not included), recomputing the whole sequence each step."""
+    seq, out = list(prompt), []
+    with torch.no_grad():
+        for _ in range(max_tokens):
+            logits = model(torch.tensor([seq], dtype=torch.int64))["logits"][0, -1]
+            nxt = int(torch.argmax(logits))  # the first maximum, as zaya's greedy sampler
+            if nxt in stop_ids:
+                break
+            out.append(nxt)
+            seq.append(nxt)
+    return out
+
+
+def truncate_at_stop(text, until):
+    for u in until:
+        if u:
+            text = text.split(u)[0]
+    return text
+
+
+def regex_filter(resp, pattern, group_select, fallback="[invalid]"):
+    """lm_eval/filters/extraction.py RegexFilter on one response."""
+    match = re.findall(pattern, resp)
+    if not match:
+        return fallback
+    match = match[group_select]
+    if isinstance(match, tuple):
+        match = [m for m in match if m]
+        match = match[0] if match else fallback
+    return match.strip()
+
+
+def exact_match(pred, ref):
+    """lm_eval/api/metrics.py exact_match with gsm8k.yaml's regexes_to_ignore and ignore_case."""
+    for pattern in (",", "\\$", "(?s).*#### ", "\\.$"):
+        pred, ref = re.sub(pattern, "", pred), re.sub(pattern, "", ref)
+    return 1.0 if pred.lower() == ref.lower() else 0.0
+
+
+def check_generation(model, tok, s):
+    """The reference for one generative sample, and the list of ways zaya's differs from it."""
+    gen = greedy_generate(model, s["prompt_tokens"], s["max_gen_tokens"], set(s["stop_token_ids"]))
+    text = truncate_at_stop(tok.decode(gen), s["until"])
+    strict = regex_filter(text, r"#### (\-?[0-9\.\,]+)", 0)
+    flexible = regex_filter(text, r"(-?[$0-9.,]{2,})|(-?[0-9]+)", -1)
+    ref = {"task": s["task"], "item": s["item"], "prompt_tokens": s["prompt_tokens"], "generated_tokens": gen,
+           "generation": text, "strict_match": strict, "flexible_extract": flexible,
+           "exact_match_strict": exact_match(strict, s["reference"]),
+           "exact_match_flexible": exact_match(flexible, s["reference"])}
+    diffs = []
+    z = s["generated_tokens"]
+    if gen[:len(z)] != z:
+        diffs.append(f"tokens: zaya {z}, reference {gen}")
+    for key in ("generation", "strict_match", "flexible_extract", "exact_match_strict", "exact_match_flexible"):
+        if ref[key] != s[key]:
+            diffs.append(f"{key}: zaya {s[key]!r}, reference {ref[key]!r}")
+    return ref, diffs
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True)
     ap.add_argument("--tokenizer", required=True)
     ap.add_argument("--samples", required=True, help="zaya eval run --log-samples output")
     ap.add_argument("--context", type=int, required=True, help="the --context zaya ran with")
-    ap.add_argument("--out", help="write the reference here (JSON lines)")
+    ap.add_argument("--out", help="write the loglikelihood reference here (JSON lines)")
+    ap.add_argument("--gen-out", help="write the generation reference here (JSON lines)")
     args = ap.parse_args()
     torch.manual_seed(0)
     model = zaya_ref.load_pretrained(args.model, dtype=torch.float32)
     tok = ByteLevelBPE(args.tokenizer)
     samples = [json.loads(line) for line in open(args.samples, encoding="utf-8") if line.strip()]
+    gen_samples = [s for s in samples if "generated_tokens" in s]
+    samples = [s for s in samples if "generated_tokens" not in s]
+    gen_out, gen_bad = [], 0
+    for s in gen_samples:
+        ref, diffs = check_generation(model, tok, s)
+        gen_out.append(ref)
+        for d in diffs:
+            print(f"generation mismatch: {s['task']} item {s['item']}: {d}")
+        gen_bad += bool(diffs)
+    if gen_samples:
+        print(f"{len(gen_samples)} generations: {len(gen_samples) - gen_bad} the same as the reference "
+              f"({sum(len(r['generated_tokens']) for r in gen_out)} reference tokens)")
+    if args.gen_out:
+        with open(args.gen_out, "w", encoding="utf-8") as f:
+            for r in gen_out:
+                f.write(json.dumps(r) + "\n")
     out, worst, mismatches = [], 0.0, 0
     items = {}
     for s in samples:
@@ -151,7 +243,7 @@ def main():
         with open(args.out, "w", encoding="utf-8") as f:
             for r in out:
                 f.write(json.dumps(r) + "\n")
-    sys.exit(1 if mismatches or worst > 1e-4 else 0)
+    sys.exit(1 if mismatches or worst > 1e-4 or gen_bad else 0)
 
 
 if __name__ == "__main__":
