@@ -66,6 +66,7 @@ OptimConfig optim_config_of(const nlohmann::json& rc) {
                         {"nesterov", rc["muon"]["nesterov"]},
                         {"ns_steps", rc["muon"]["ns_steps"]},
                         {"ns_coefficients", rc["muon"]["ns_coefficients"]},
+                        {"ns_dtype", "fp32"},  // the fp64 reference's trajectory: exact products
                         {"rms_match", "moonlight"},
                         {"rms_match_scale", rc["muon"]["rms_match_scale"]}}},
                       {"schedule",

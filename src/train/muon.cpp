@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/dtype.h"
 #include "core/error.h"
 #include "core/threads.h"
 #include "kernels/gemm.h"
@@ -10,48 +11,71 @@
 namespace zaya::train {
 
 namespace {
-// out[c, r] = in[r, c] for an in [rows, cols] matrix.
-void transpose(const float* in, float* out, int64_t rows, int64_t cols) {
-  for (int64_t r = 0; r < rows; r++)
-    for (int64_t c = 0; c < cols; c++) out[c * rows + r] = in[r * cols + c];
+// Element-wise passes over the iterate, threaded when they are big enough to pay for it (the matrices of a
+// real model: 1-2 M values). Each element's value is independent of the split.
+constexpr int64_t kParallelElements = 1 << 16;
+
+// dst[i] = bf16(src[i]) (round to nearest even, as f32_to_bf16).
+void round_to_bf16(uint16_t* dst, const float* src, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n > kParallelElements)
+  for (int64_t i = 0; i < n; i++) dst[i] = f32_to_bf16(src[i]);
 }
 }  // namespace
 
 void newton_schulz(float* X, int64_t rows, int64_t cols, const MuonConfig& cfg, std::vector<float>& scratch) {
   const int64_t n = rows * cols;
+  // The iteration works on the short side: with X [rows, cols] and m = min(rows, cols),
+  //   wide (rows <= cols): A = X·Xᵀ [m, m], X ← a·X + B·X;
+  //   tall (rows > cols):  A = Xᵀ·X [m, m], X ← a·X + X·B   (the wide form on Xᵀ, transposed back: B is
+  //   symmetric), so no transposed copy is ever made.
   const bool tall = rows > cols;
   const int64_t m = tall ? cols : rows;  // short side: A and B are [m, m]
-  const int64_t k = tall ? rows : cols;  // long side: the working matrix is [m, k]
-  scratch.resize(size_t(2 * n + 2 * m * m));
-  float* work = scratch.data();  // [m, k] current iterate
-  float* next = work + n;        // [m, k] next iterate
-  float* gram = next + n;        // [m, m] A = X·Xᵀ
+  const int64_t k = tall ? rows : cols;  // long side
+  const bool bf16 = cfg.ns_dtype == DType::BF16;
+  // fp32: next [rows, cols], gram, poly [m, m]; then, for bf16 operands, xb [rows, cols], gb, pb [m, m] as
+  // uint16 in the floats after them (half a float each, rounded up, plus 64 bytes).
+  const int64_t f32_floats = n + 2 * m * m, bf16_floats = bf16 ? (n + 2 * m * m + 1) / 2 + 16 : 0;
+  scratch.resize(size_t(f32_floats + bf16_floats));
+  float* next = scratch.data();  // [rows, cols] next iterate
+  float* gram = next + n;        // [m, m] A
   float* poly = gram + m * m;    // [m, m] B = b·A + c·A·A
+  uint16_t* xb = reinterpret_cast<uint16_t*>(poly + m * m);  // [rows, cols] bf16(X)
+  uint16_t* gb = xb + n;                                      // [m, m] bf16(A)
+  uint16_t* pb = gb + m * m;                                  // [m, m] bf16(B)
+  float* work = X;  // the iterate, in place; it ends in X (copied back if the swaps leave it in `next`)
 
   double sum_sq = 0;
+#pragma omp parallel for simd reduction(+ : sum_sq) schedule(static) if (n > kParallelElements)
   for (int64_t i = 0; i < n; i++) sum_sq += double(X[i]) * X[i];
   const float inv_norm = float(1.0 / (std::sqrt(sum_sq) + 1e-7));
-  if (tall) {
-    transpose(X, work, rows, cols);
-  } else {
-    std::copy(X, X + n, work);
-  }
+#pragma omp parallel for simd schedule(static) if (n > kParallelElements)
   for (int64_t i = 0; i < n; i++) work[i] *= inv_norm;
 
   const float a = cfg.ns_coefficients[0], b = cfg.ns_coefficients[1], c = cfg.ns_coefficients[2];
+  // The products' operands: the fp32 matrices, or their bf16 roundings (the iterate, A and B stay fp32 and
+  // every product accumulates in fp32; only what enters a product is rounded, as vdpbf16ps needs).
+  auto op = [&](const float* f, const uint16_t* h, int64_t ld, bool trans) -> MatRef {
+    if (!bf16) return mat(f, ld, trans);
+    return {h, DType::BF16, ld, trans};
+  };
   for (int it = 0; it < cfg.ns_steps; it++) {
-    gemm(m, m, k, 1.0f, mat(work, k), mat(work, k, /*trans=*/true), 0.0f, gram, m);
-    gemm(m, m, m, c, mat(gram, m), mat(gram, m), 0.0f, poly, m);
+    if (bf16) round_to_bf16(xb, work, n);
+    // A: X·Xᵀ (wide: X is [m, k]) or Xᵀ·X (tall: X is [k, m]); leading dimension = cols either way.
+    gemm(m, m, k, 1.0f, op(work, xb, cols, tall), op(work, xb, cols, !tall), 0.0f, gram, m);
+    if (bf16) round_to_bf16(gb, gram, m * m);
+    gemm(m, m, m, c, op(gram, gb, m, false), op(gram, gb, m, false), 0.0f, poly, m);
+#pragma omp parallel for simd schedule(static) if (m * m > kParallelElements)
     for (int64_t i = 0; i < m * m; i++) poly[i] += b * gram[i];
+    if (bf16) round_to_bf16(pb, poly, m * m);
+#pragma omp parallel for simd schedule(static) if (n > kParallelElements)
     for (int64_t i = 0; i < n; i++) next[i] = a * work[i];
-    gemm(m, k, m, 1.0f, mat(poly, m), mat(work, k), 1.0f, next, k);
+    if (tall)  // X·B: [k, m]·[m, m]
+      gemm(k, m, m, 1.0f, op(work, xb, cols, false), op(poly, pb, m, false), 1.0f, next, cols);
+    else  // B·X: [m, m]·[m, k]
+      gemm(m, k, m, 1.0f, op(poly, pb, m, false), op(work, xb, cols, false), 1.0f, next, cols);
     std::swap(work, next);
   }
-  if (tall) {
-    transpose(work, X, cols, rows);
-  } else {
-    std::copy(work, work + n, X);
-  }
+  if (work != X) std::copy(work, work + n, X);
 }
 
 float muon_update_scale(int64_t rows, int64_t cols, const MuonConfig& cfg) {

@@ -19,7 +19,8 @@ namespace zaya::train {
 // Orthogonalises X [rows, cols] (row-major, in place) with cfg.ns_steps quintic Newton–Schulz iterations:
 //   X ← X / (‖X‖_F + 1e-7); transpose when rows > cols (the iteration works on the short side);
 //   repeat: A = X·Xᵀ; B = b·A + c·A·A; X = a·X + B·X;   transpose back.
-// All products are fp32 through gemm(). `scratch` is reused between calls.
+// Products through gemm() on fp32 operands, or on their bf16 roundings (cfg.ns_dtype; fp32 accumulation and
+// an fp32 iterate either way). `scratch` is reused between calls.
 void newton_schulz(float* X, int64_t rows, int64_t cols, const MuonConfig& cfg, std::vector<float>& scratch);
 
 // The rms_match factor s for a [rows, cols] matrix.

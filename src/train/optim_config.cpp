@@ -184,6 +184,8 @@ OptimConfig parse_optim_config(const nlohmann::json& j, const std::string& what,
     ZAYA_CHECK(ok, muon.where("ns_coefficients"), "expected an array of three finite numbers (a, b, c)");
     for (int i = 0; i < 3; i++) c.muon.ns_coefficients[i] = (*v)[i].get<float>();
   }
+  const int ns_dtype = muon.choice("ns_dtype", {"bf16", "fp32"});
+  if (ns_dtype >= 0) c.muon.ns_dtype = ns_dtype == 0 ? DType::BF16 : DType::F32;
   int rms = muon.choice("rms_match", {"none", "moonlight", "keller_jordan"});
   if (rms >= 0) c.muon.rms_match = RmsMatch(rms);
   muon.number("rms_match_scale", &c.muon.rms_match_scale, 0, 1e6, /*lo_open=*/true);

@@ -5,6 +5,7 @@
 //   {"lr": 3e-4, "weight_decay": 0.1, "grad_clip": 1.0,
 //    "adamw": {"betas": [0.9, 0.95], "eps": 1e-8},
 //    "muon": {"momentum": 0.95, "nesterov": true, "ns_steps": 5, "ns_coefficients": [3.4445, -4.775, 2.0315],
+//             "ns_dtype": "bf16" | "fp32",
 //             "rms_match": "moonlight", "rms_match_scale": 0.2},
 //    "groups": {"<group>": {"optimizer": "muon" | "adamw", "lr_scale": 1.0, "weight_decay": 0.1}, ...},
 //    "schedule": {"kind": "constant" | "cosine" | "wsd", "warmup_steps": 0, "total_steps": 0,
@@ -34,6 +35,8 @@
 #include <optional>
 #include <string>
 
+#include "core/dtype.h"
+
 namespace zaya::train {
 
 enum class OptimKind { AdamW, Muon };
@@ -56,6 +59,9 @@ struct MuonConfig {
   bool nesterov = true;
   int ns_steps = 5;
   std::array<float, 3> ns_coefficients = {3.4445f, -4.7750f, 2.0315f};  // quintic (a, b, c)
+  // The Newton–Schulz products' operand dtype: bf16 (the Muon reference's and the usual practice; fp32
+  // accumulation, an fp32 iterate) or fp32 (exact against the fp64 reference to ~1e-6). "ns_dtype".
+  DType ns_dtype = DType::BF16;
   RmsMatch rms_match = RmsMatch::Moonlight;
   float rms_match_scale = 0.2f;
 };
