@@ -27,6 +27,7 @@
 #include "model/zaya.h"
 #include "semantics_option.h"
 #include "train/clip.h"
+#include "train/muon.h"
 #include "train/optimizer.h"
 #include "train/param_groups.h"
 #include "train/train_model.h"
@@ -54,6 +55,7 @@ nlohmann::json result_json(const char* bench, const std::string& dtype, const za
   j["peak_gflops_bf16"] = peak16;
   j["mfu"] = tps * gflop_per_token / (dtype == "bf16" ? peak16 : peak32);
   j["batch_invariant"] = zaya::gemm_batch_invariant();
+  j["cpu"] = zaya::cpu_summary();  // the figures depend on it: Zen 5's bf16 peak is about twice a Zen 4's
   return j;
 }
 
@@ -103,7 +105,7 @@ int bench_forward(const std::string& model_dir, const std::string& config, int64
 // not model FLOPs: they show as lower tokens/s and MFU). recompute: ForwardOptions::recompute.
 int bench_train(const std::string& model_dir, const std::string& config, int64_t B, int64_t S,
                 const std::string& dtype, int steps, uint64_t seed, const std::string& optimizer,
-                bool recompute, zaya::Semantics semantics) {
+                bool recompute, zaya::Semantics semantics, const std::string& ns_dtype) {
   const zaya::DType dt = dtype == "bf16" ? zaya::DType::BF16 : zaya::DType::F32;
   zaya::ZayaConfig cfg =
       model_dir.empty() ? zaya::load_config(config) : zaya::load_config(model_dir + "/config.json");
@@ -116,7 +118,18 @@ int bench_train(const std::string& model_dir, const std::string& config, int64_t
   // forward and backward of a small batch (they amortise over ZAYA1's 16.8M-token batches).
   if (optimizer == "adamw")
     for (auto& g : oc.groups) g.kind = zaya::train::OptimKind::AdamW;
+  oc.muon.ns_dtype = ns_dtype == "fp32" ? zaya::DType::F32 : zaya::DType::BF16;
   zaya::train::Optimizer optim(tm.params, oc);
+  // Newton–Schulz FLOPs of one step: every matrix of every Muon group.
+  double ns_flops = 0;
+  for (const auto& g : optim.groups()) {
+    if (g.kind != zaya::train::OptimKind::Muon) continue;
+    for (size_t i : g.params) {
+      const zaya::Shape& sh = tm.params[i].shape;
+      const int64_t rows = sh[sh.size() - 2], cols = sh.back(), batch = zaya::shape_numel(sh) / (rows * cols);
+      ns_flops += double(batch) * zaya::train::newton_schulz_flops(rows, cols, oc.muon.ns_steps);
+    }
+  }
   std::mt19937 rng(uint32_t(seed) + 1);
   std::vector<int32_t> ids(B * S), targets(B * S);
   for (auto& id : ids) id = int32_t(3 + rng() % uint32_t(cfg.vocab_size - 3));
@@ -171,6 +184,16 @@ int bench_train(const std::string& model_dir, const std::string& config, int64_t
                                  3.0 * zaya::forward_flops_per_token(cfg, S) / 1e9, peak32, peak16);
   j["optimizer"] = optimizer;
   j["recompute"] = recompute;
+  if (ns_flops > 0) {
+    // The optimizer stage against its Newton–Schulz work: GFLOP/s and the fraction of the bf16 (or fp32)
+    // GEMM peak measured above (the momentum, decay and AdamW passes count as time, not FLOPs).
+    const double opt_s = stage_s[4] / std::max(1, steps);
+    j["ns_dtype"] = ns_dtype;
+    j["newton_schulz_gflop"] = ns_flops / 1e9;
+    j["optimizer_gflops"] = ns_flops / 1e9 / opt_s;
+    j["optimizer_peak_fraction"] = ns_flops / 1e9 / opt_s / (ns_dtype == "fp32" ? peak32 : peak16);
+    j["optimizer_over_forward_backward"] = opt_s / ((stage_s[1] + stage_s[2]) / std::max(1, steps));
+  }
   nlohmann::json stages;
   for (int k = 0; k < 6; k++) stages[stage_names[k]] = stage_s[k] / std::max(1, steps);
   j["stage_seconds"] = stages;
@@ -290,6 +313,7 @@ int bench_checkpoint(const std::string& config, int64_t layers, const std::strin
     return v[v.size() / 2];
   };
   nlohmann::json j = {{"bench", "checkpoint"},
+                      {"cpu", zaya::cpu_summary()},
                       {"params_m", cfg.num_params() / 1e6},
                       {"state_bytes", bytes},
                       {"saves", saves},
@@ -353,6 +377,10 @@ int cmd_bench(int argc, char** argv) {
   trn->add_option("--optimizer", t_optim,
                   "adamw (every parameter, like the PyTorch baseline) or zaya (Muon split)")
       ->check(CLI::IsMember({"adamw", "zaya"}));
+  std::string t_ns_dtype = "bf16";
+  trn->add_option("--ns-dtype", t_ns_dtype, "Muon's Newton-Schulz operands (optim.muon.ns_dtype)")
+      ->check(CLI::IsMember({"bf16", "fp32"}))
+      ->capture_default_str();
   bool t_recompute = false;
   trn->add_flag("--recompute", t_recompute,
                 "activation recomputation: keep each block's input only, re-run the block in the backward");
@@ -394,7 +422,7 @@ int cmd_bench(int argc, char** argv) {
   if (trn->parsed()) {
     ZAYA_CHECK(!t_model.empty() || !t_config.empty(), "zaya bench train needs --model DIR or --config FILE");
     ZAYA_CHECK(tB > 0 && tS > 0 && t_steps > 0, "--batch, --seq and --steps must be positive");
-    return bench_train(t_model, t_config, tB, tS, t_dtype, t_steps, seed, t_optim, t_recompute, t_sem.get());
+    return bench_train(t_model, t_config, tB, tS, t_dtype, t_steps, seed, t_optim, t_recompute, t_sem.get(), t_ns_dtype);
   }
   if (fwd->parsed()) {
     ZAYA_CHECK(!model_dir.empty() || !config.empty(),

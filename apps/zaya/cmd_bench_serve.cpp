@@ -32,6 +32,7 @@
 #include <thread>
 
 #include "bench_serve.h"
+#include "core/cpu_info.h"
 #include "core/error.h"
 #include "core/tool_script.h"
 #include "kernels/gemm.h"
@@ -656,6 +657,7 @@ json Bench::level_json(int64_t c, bool invariant, const std::vector<Prompt>& pro
   }
   json j;
   j["bench"] = "serve";
+  j["cpu"] = cpu_summary();  // this machine's (the client's; the server's too when in process)
   j["run_id"] = run_id_;
   j["model"] = model_label_;
   if (in_process_) j["dtype"] = o_.dtype;

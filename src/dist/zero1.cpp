@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "train/muon.h"
 #include "core/error.h"
 
 namespace zaya::dist {
@@ -14,13 +15,6 @@ namespace {
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-// Flops of one Newton–Schulz orthogonalisation of a [rows, cols] matrix: per iteration A = X·Xᵀ
-// (2·s²·l), A·A (2·s³), B·X (2·s²·l) on the short side s and long side l.
-double newton_schulz_flops(int64_t rows, int64_t cols, int ns_steps) {
-  const double s = double(std::min(rows, cols)), l = double(std::max(rows, cols));
-  return ns_steps * (4 * s * s * l + 2 * s * s * s);
 }
 
 }  // namespace
@@ -75,7 +69,7 @@ ShardPlan plan_zero1(const std::vector<train::ParamRef>& params, const std::vect
     const int64_t rows = sh[sh.size() - 2], cols = sh.back();
     const int64_t batch = shape_numel(sh) / std::max<int64_t>(1, rows * cols);
     for (int64_t j = 0; j < batch; j++)
-      items.push_back({i, j, newton_schulz_flops(rows, cols, cfg.muon.ns_steps)});
+      items.push_back({i, j, train::newton_schulz_flops(rows, cols, cfg.muon.ns_steps)});
   }
   std::stable_sort(items.begin(), items.end(),
                    [](const Item& a, const Item& b) { return a.flops > b.flops; });

@@ -78,6 +78,11 @@ void newton_schulz(float* X, int64_t rows, int64_t cols, const MuonConfig& cfg, 
   if (work != X) std::copy(work, work + n, X);
 }
 
+double newton_schulz_flops(int64_t rows, int64_t cols, int ns_steps) {
+  const double s = double(std::min(rows, cols)), l = double(std::max(rows, cols));
+  return ns_steps * (4 * s * s * l + 2 * s * s * s);
+}
+
 float muon_update_scale(int64_t rows, int64_t cols, const MuonConfig& cfg) {
   switch (cfg.rms_match) {
     case RmsMatch::None:

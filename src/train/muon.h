@@ -23,6 +23,10 @@ namespace zaya::train {
 // an fp32 iterate either way). `scratch` is reused between calls.
 void newton_schulz(float* X, int64_t rows, int64_t cols, const MuonConfig& cfg, std::vector<float>& scratch);
 
+// FLOPs of one newton_schulz of a [rows, cols] matrix: per iteration A (2·s²·l), A·A (2·s³) and the update
+// product (2·s²·l), s and l the short and long sides.
+double newton_schulz_flops(int64_t rows, int64_t cols, int ns_steps);
+
 // The rms_match factor s for a [rows, cols] matrix.
 float muon_update_scale(int64_t rows, int64_t cols, const MuonConfig& cfg);
 
