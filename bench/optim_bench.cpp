@@ -63,6 +63,8 @@ BENCHMARK(BM_MuonExperts)
     ->ArgsProduct({{8}, {128}, {128}, {0, 1}})
     ->ArgsProduct({{8}, {128}, {64}, {0, 1}})
     ->ArgsProduct({{16}, {512}, {256}, {0, 1}})
+    ->ArgsProduct({{8}, {512}, {256}, {0, 1}})
+    ->ArgsProduct({{8}, {256}, {256}, {0, 1}})
     ->ArgsProduct({{16}, {2048}, {1024}, {0, 1}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();

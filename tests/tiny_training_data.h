@@ -48,8 +48,9 @@ inline void write_tiny_training_dir(const std::filesystem::path& dir, int senten
 }
 
 // TRAIN.json text for the tiny run of `dir` (write_tiny_training_dir) writing to `out`: 8 steps of
-// micro_batch x 32 tokens x 2 accumulated, fp32, cosine schedule, the rprop controller, no validation
-// during the run and no sample; checkpoints every `ckpt_every` steps keeping `keep_last`.
+// micro_batch x 32 tokens x 2 accumulated, fp32, cosine schedule, the rprop controller, Muon's Newton–Schulz on
+// fp32 operands (the tests compare runs across world sizes, whose ~1e-7 gradient-sum noise bf16 rounding would
+// amplify: tests/dist_test.cpp kMuon), no validation during the run and no sample; checkpoints every `ckpt_every` steps keeping `keep_last`.
 // `checkpoint_extra` continues the "checkpoint" object (", \"async\": false"), `top_extra` the top level.
 inline std::string tiny_train_json(const std::filesystem::path& dir, const std::filesystem::path& out,
                                    int seed, int micro_batch, int ckpt_every, int keep_last,
@@ -60,7 +61,8 @@ inline std::string tiny_train_json(const std::filesystem::path& dir, const std::
          R"(},
       "data": {"train": ")" +
          (dir / "data.train").string() + R"(", "val": ")" + (dir / "data.val").string() + R"("},
-      "optim": {"lr": 0.01, "schedule": {"kind": "cosine", "warmup_steps": 2}, "balancer": {"rule": "rprop"}},
+      "optim": {"lr": 0.01, "schedule": {"kind": "cosine", "warmup_steps": 2}, "balancer": {"rule": "rprop"},
+                "muon": {"ns_dtype": "fp32"}},
       "batch": {"micro_batch": )" +
          std::to_string(micro_batch) + R"(, "seq_len": 32, "grad_accum": 2}, "steps": 8,
       "eval": {"every": 0, "batches": 1}, "out": ")" +
