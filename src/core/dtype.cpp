@@ -1,5 +1,9 @@
 #include "core/dtype.h"
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 #include "core/error.h"
 
 namespace zaya {
@@ -138,7 +142,22 @@ void convert_bf16_to_f32(float* dst, const uint16_t* src, int64_t n) {
 }
 
 void convert_f32_to_bf16(uint16_t* dst, const float* src, int64_t n) {
-  for (int64_t i = 0; i < n; i++) dst[i] = f32_to_bf16(src[i]);
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  // f32_to_bf16 on 16 lanes, the same bits (NaN quieted, round to nearest even, subnormals kept): the scalar
+  // loop's NaN branch kept the compiler from vectorising it (11% of a bf16 Newton–Schulz, bench/optim_bench).
+  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
+  const __m512i bias = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1), quiet = _mm512_set1_epi32(0x40);
+  for (; i + 16 <= n; i += 16) {
+    const __m512i u = _mm512_loadu_si512(src + i);
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs_mask), inf);
+    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), one);
+    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(bias, odd)), 16);
+    r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), quiet);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm512_cvtepi32_epi16(r));
+  }
+#endif
+  for (; i < n; i++) dst[i] = f32_to_bf16(src[i]);
 }
 
 void convert_f16_to_f32(float* dst, const uint16_t* src, int64_t n) {

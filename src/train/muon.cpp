@@ -15,10 +15,11 @@ namespace {
 // real model: 1-2 M values). Each element's value is independent of the split.
 constexpr int64_t kParallelElements = 1 << 16;
 
-// dst[i] = bf16(src[i]) (round to nearest even, as f32_to_bf16).
+// dst[i] = bf16(src[i]) (convert_f32_to_bf16: round to nearest even), in chunks over the threads.
 void round_to_bf16(uint16_t* dst, const float* src, int64_t n) {
-#pragma omp parallel for simd schedule(static) if (n > kParallelElements)
-  for (int64_t i = 0; i < n; i++) dst[i] = f32_to_bf16(src[i]);
+  constexpr int64_t kChunk = 1 << 14;
+#pragma omp parallel for schedule(static) if (n > kParallelElements)
+  for (int64_t c = 0; c < n; c += kChunk) convert_f32_to_bf16(dst + c, src + c, std::min(kChunk, n - c));
 }
 }  // namespace
 
