@@ -159,6 +159,8 @@ void gelu_backward(float* dx, const float* dy, const float* x, int64_t n) {
 }
 
 void swiglu_backward(float* dgate_up, const float* dout, const float* gate_up, int64_t N, int64_t I) {
+  ZAYA_PROFILE_SCOPE("swiglu_backward");
+#pragma omp parallel for schedule(static) if (N * I > 65536)
   for (int64_t n = 0; n < N; n++) {
     const float* a = gate_up + n * 2 * I;
     const float* b = a + I;

@@ -125,6 +125,8 @@ void moe_experts_backward(float* du, float* dweight, float* dgate_up, float* ddo
   std::vector<float> x(std::max<int64_t>(n, 1) * H), dy(std::max<int64_t>(n, 1) * H),
       dact(std::max<int64_t>(n, 1) * I), dgu(std::max<int64_t>(n, 1) * 2 * I),
       dx(std::max<int64_t>(n, 1) * H);
+  // Routed rows gathered in expert order (perm is a permutation: each r writes its own token's dweight).
+#pragma omp parallel for schedule(static) if (n * H > 65536)
   for (int64_t r = 0; r < n; r++) {
     const int64_t t = plan.perm[r];
     const float* g = dout + t * H;
@@ -182,6 +184,7 @@ void moe_experts_backward(float* du, float* dweight, float* dgate_up, float* ddo
     gemm_with(GemmBackend::OneDnnRuntimeM, ne, H, 2 * I, 1.f, rows(dgu16, dgu.data(), o0, 2 * I, false),
               expert_mat(gate_up, e, false), 0.f, dx.data() + o0 * H, H);
   }
+#pragma omp parallel for schedule(static) if (n * H > 65536)
   for (int64_t r = 0; r < n; r++) {
     float* d = du + plan.perm[r] * H;
     for (int64_t i = 0; i < H; i++) d[i] += dx[r * H + i];

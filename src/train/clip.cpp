@@ -6,6 +6,24 @@
 
 namespace zaya::train {
 
+namespace {
+// Σ g[i]² over n values in double, in a fixed order: 32 running sums (lane i mod 32), then added in lane
+// order. One running sum made the loop wait on each add's latency (0.27 s of a mid 4 x 512 step: 450 M
+// values); 32 independent ones let it stream at memory speed, and the order still depends only on n.
+double sum_squares(const float* g, int64_t n) {
+  constexpr int kLanes = 32;
+  double acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+#pragma omp simd
+    for (int j = 0; j < kLanes; j++) acc[j] += double(g[i + j]) * double(g[i + j]);
+  for (int j = 0; i < n; i++, j++) acc[j] += double(g[i]) * double(g[i]);
+  double s = 0;
+  for (int j = 0; j < kLanes; j++) s += acc[j];
+  return s;
+}
+}  // namespace
+
 ClipResult clip_grad_norm(const std::vector<ParamRef>& params, float max_norm) {
   // Σ g² over fixed blocks of 64K entries, added in block order: the norm is bitwise the same for any
   // thread count (an OpenMP reduction's combining order is unspecified), which bit-exact resume needs.
@@ -17,11 +35,8 @@ ClipResult clip_grad_norm(const std::vector<ParamRef>& params, float max_norm) {
     const float* g = p.grad;
     partial.assign(n_blocks, 0.0);
 #pragma omp parallel for schedule(static) if (n_blocks > 1)
-    for (int64_t b = 0; b < n_blocks; b++) {
-      double s = 0;
-      for (int64_t i = b * kBlock; i < std::min(n, (b + 1) * kBlock); i++) s += double(g[i]) * double(g[i]);
-      partial[b] = s;
-    }
+    for (int64_t b = 0; b < n_blocks; b++)
+      partial[b] = sum_squares(g + b * kBlock, std::min(n, (b + 1) * kBlock) - b * kBlock);
     for (double s : partial) sum_sq += s;
   }
   ClipResult r;
