@@ -129,7 +129,7 @@ double zaya_backward(const ZayaModel& model, const Activations& acts, const int3
   // and re-written many times per step.
   const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(T, (int64_t(1) << 24) / V));
   std::vector<float> logits(chunk * V);
-  std::vector<uint16_t> z16;
+  std::vector<uint16_t> z16, dlogits16;
   const float* head_bias = opt_f32(w.lm_head_bias);
   double loss_sum = 0;
   for (int64_t t0 = 0; t0 < T; t0 += chunk) {
@@ -144,16 +144,28 @@ double zaya_backward(const ZayaModel& model, const Activations& acts, const int3
     // In place: logits become ḡlogits = (softmax − onehot)/N.
     loss_sum +=
         cross_entropy_backward(logits.data(), logits.data(), targets + t0, rows, V, 1.0f / float(N), nullptr);
-    gemm(rows, H, V, 1.f, mat(logits.data(), V), mat(w.lm_head, H), 0.f, dz.data() + t0 * H, H);
+    // With bf16 GEMM weights both products below take ḡlogits in bf16: rounded once here (in chunks over the
+    // threads) rather than once inside each gemm() call, the same bits either way.
+    MatRef dlogits = mat(logits.data(), V), dlogits_t = mat(logits.data(), V, /*trans=*/true);
+    if (w.compute == DType::BF16) {
+      dlogits16.resize(rows * V);
+      const int64_t n = rows * V, piece = int64_t(1) << 16;
+#pragma omp parallel for schedule(static)
+      for (int64_t p = 0; p < n; p += piece)
+        convert_f32_to_bf16(dlogits16.data() + p, logits.data() + p, std::min(piece, n - p));
+      dlogits = {dlogits16.data(), DType::BF16, V, false};
+      dlogits_t = {dlogits16.data(), DType::BF16, V, true};
+    }
+    gemm(rows, H, V, 1.f, dlogits, mat(w.lm_head, H), 0.f, dz.data() + t0 * H, H);
     // ḡW_lm += ḡlogitsᵀ · z. With bf16 GEMM weights this product also takes bf16 inputs (fp32 accumulation),
-    // as the forward's do: round z to bf16 and gemm() rounds ḡlogits.
+    // as the forward's do: z rounded to bf16 too.
     MatRef zref = mat(z, H);
     if (w.compute == DType::BF16) {
       z16.resize(rows * H);
       convert_f32_to_bf16(z16.data(), z, rows * H);
       zref = {z16.data(), DType::BF16, H, false};
     }
-    gemm(V, H, rows, 1.f, mat(logits.data(), V, /*trans=*/true), zref, 1.f, g.lm_head.f32(), H);
+    gemm(V, H, rows, 1.f, dlogits_t, zref, 1.f, g.lm_head.f32(), H);
     if (float* db = opt_f32_mut(g.lm_head_bias)) {
       for (int64_t r = 0; r < rows; r++)
         for (int64_t v = 0; v < V; v++) db[v] += logits[r * V + v];
