@@ -45,7 +45,8 @@ BENCHMARK(BM_NewtonSchulz)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
-// Args: experts, rows, cols, operand dtype (0 fp32, 1 bf16): one Muon step of an expert tensor [E, rows, cols].
+// Args: experts, rows, cols, operand dtype (0 fp32, 1 bf16): one Muon step of an expert tensor [E, rows,
+// cols].
 void BM_MuonExperts(benchmark::State& state) {
   const int64_t E = state.range(0), rows = state.range(1), cols = state.range(2);
   const size_t n = size_t(E * rows * cols);

@@ -262,8 +262,9 @@ TEST(EvalRun, MatchesThePyTorchReference) {
 TEST(EvalRun, Gsm8kMatchesThePyTorchReference) {
   const Fixture& fx = fixture();
   const std::string samples = fx.dir + "/gsm8k_samples.jsonl";
-  Proc p = run_zaya("eval run --model " + fx.dir + " --data-dir " + eval_data() +
-                    " --num-fewshot 1 --context 64 --max-gen-tokens 24 --tasks gsm8k --log-samples " + samples);
+  Proc p =
+      run_zaya("eval run --model " + fx.dir + " --data-dir " + eval_data() +
+               " --num-fewshot 1 --context 64 --max-gen-tokens 24 --tasks gsm8k --log-samples " + samples);
   ASSERT_EQ(p.code, 0) << p.out;
   std::vector<nlohmann::json> got, want;
   {

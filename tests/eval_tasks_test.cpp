@@ -517,12 +517,11 @@ TEST(EvalResults, FromScores) {
 
   const TaskData gsm = load_task("gsm8k", kData, false);
   const auto gen = build_gen_items(gsm, 0);
-  const TaskResult g = generation_results(gsm, gen,
-                                          {" 3 + 4 = 7 apples.\n#### 7\n\nQuestion: What is 8?",
-                                           " 3 * 12 = 36 pens. The answer is 36.",
-                                           " She has $1,000 left.\n#### 1,000",
-                                           " It goes 150 miles.\n#### 150.0"},
-                                          0);
+  const TaskResult g = generation_results(
+      gsm, gen,
+      {" 3 + 4 = 7 apples.\n#### 7\n\nQuestion: What is 8?", " 3 * 12 = 36 pens. The answer is 36.",
+       " She has $1,000 left.\n#### 1,000", " It goes 150 miles.\n#### 150.0"},
+      0);
   EXPECT_EQ(g.metrics[0].filter, "strict-match");
   // strict: "#### N" only; "1,000" equals "#### 1,000" once the commas go; "150.0" is not "150".
   EXPECT_EQ(g.metrics[0].values, (std::vector<double>{1, 0, 1, 0}));

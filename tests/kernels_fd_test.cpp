@@ -17,9 +17,9 @@
 
 #include <cmath>
 #include <cstdio>
-#include <limits>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>

@@ -695,13 +695,14 @@ TEST_F(SafetensorsTest, CheckpointDirectoryWithoutModelFiles) {
 }
 
 namespace zaya {
-// The bulk fp32 -> bf16 conversion (16 lanes where the build targets AVX-512) gives f32_to_bf16's bits for every
-// kind of value: ties to even both ways, subnormals, the largest finite values rounding to infinity, infinities,
-// NaNs of both signs (quieted) and random words; over a length that leaves a scalar tail.
+// The bulk fp32 -> bf16 conversion (16 lanes where the build targets AVX-512) gives f32_to_bf16's bits for
+// every kind of value: ties to even both ways, subnormals, the largest finite values rounding to infinity,
+// infinities, NaNs of both signs (quieted) and random words; over a length that leaves a scalar tail.
 TEST(DType, BulkBf16ConversionEqualsScalar) {
-  std::vector<uint32_t> words = {0x00000000u, 0x80000000u, 0x00000001u, 0x00008000u, 0x00018000u, 0x007fffffu,
-                                 0x3f808000u, 0x3f818000u, 0x3f807fffu, 0x7f7fffffu, 0xff7fffffu, 0x7f800000u,
-                                 0xff800000u, 0x7f800001u, 0xffc00000u, 0x7fbfffffu, 0x3f800000u, 0xbf7fc000u};
+  std::vector<uint32_t> words = {0x00000000u, 0x80000000u, 0x00000001u, 0x00008000u, 0x00018000u,
+                                 0x007fffffu, 0x3f808000u, 0x3f818000u, 0x3f807fffu, 0x7f7fffffu,
+                                 0xff7fffffu, 0x7f800000u, 0xff800000u, 0x7f800001u, 0xffc00000u,
+                                 0x7fbfffffu, 0x3f800000u, 0xbf7fc000u};
   std::mt19937 rng(7);
   while (words.size() < 16 * 64 + 5) words.push_back(rng());
   std::vector<float> src(words.size());

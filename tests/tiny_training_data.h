@@ -48,10 +48,11 @@ inline void write_tiny_training_dir(const std::filesystem::path& dir, int senten
 }
 
 // TRAIN.json text for the tiny run of `dir` (write_tiny_training_dir) writing to `out`: 8 steps of
-// micro_batch x 32 tokens x 2 accumulated, fp32, cosine schedule, the rprop controller, Muon's Newton–Schulz on
-// fp32 operands (the tests compare runs across world sizes, whose ~1e-7 gradient-sum noise bf16 rounding would
-// amplify: tests/dist_test.cpp kMuon), no validation during the run and no sample; checkpoints every `ckpt_every` steps keeping `keep_last`.
-// `checkpoint_extra` continues the "checkpoint" object (", \"async\": false"), `top_extra` the top level.
+// micro_batch x 32 tokens x 2 accumulated, fp32, cosine schedule, the rprop controller, Muon's Newton–Schulz
+// on fp32 operands (the tests compare runs across world sizes, whose ~1e-7 gradient-sum noise bf16 rounding
+// would amplify: tests/dist_test.cpp kMuon), no validation during the run and no sample; checkpoints every
+// `ckpt_every` steps keeping `keep_last`. `checkpoint_extra` continues the "checkpoint" object (", \"async\":
+// false"), `top_extra` the top level.
 inline std::string tiny_train_json(const std::filesystem::path& dir, const std::filesystem::path& out,
                                    int seed, int micro_batch, int ckpt_every, int keep_last,
                                    const std::string& checkpoint_extra = "",

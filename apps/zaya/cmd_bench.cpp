@@ -422,7 +422,8 @@ int cmd_bench(int argc, char** argv) {
   if (trn->parsed()) {
     ZAYA_CHECK(!t_model.empty() || !t_config.empty(), "zaya bench train needs --model DIR or --config FILE");
     ZAYA_CHECK(tB > 0 && tS > 0 && t_steps > 0, "--batch, --seq and --steps must be positive");
-    return bench_train(t_model, t_config, tB, tS, t_dtype, t_steps, seed, t_optim, t_recompute, t_sem.get(), t_ns_dtype);
+    return bench_train(t_model, t_config, tB, tS, t_dtype, t_steps, seed, t_optim, t_recompute, t_sem.get(),
+                       t_ns_dtype);
   }
   if (fwd->parsed()) {
     ZAYA_CHECK(!model_dir.empty() || !config.empty(),

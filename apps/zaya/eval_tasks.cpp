@@ -183,7 +183,8 @@ eval::TaskResult run_generation(const ZayaModel& model, const Tokenizer& tok, co
   if (samples)
     for (size_t i = 0; i < items.size(); i++) {
       const std::string text = eval::truncate_at_stop_sequences(texts[i], items[i].until);
-      const std::string strict = eval::gsm8k_strict_match(text), flexible = eval::gsm8k_flexible_extract(text);
+      const std::string strict = eval::gsm8k_strict_match(text),
+                        flexible = eval::gsm8k_flexible_extract(text);
       nlohmann::json j;
       j["task"] = data.task.name;
       j["item"] = i;

@@ -6,8 +6,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "train/muon.h"
 #include "core/error.h"
+#include "train/muon.h"
 
 namespace zaya::dist {
 

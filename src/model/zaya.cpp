@@ -1,10 +1,10 @@
 #include "model/zaya.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
-
-#include <omp.h>
 
 #include "core/error.h"
 #include "core/profile.h"

@@ -37,12 +37,12 @@ void newton_schulz(float* X, int64_t rows, int64_t cols, const MuonConfig& cfg, 
   // uint16 in the floats after them (half a float each, rounded up, plus 64 bytes).
   const int64_t f32_floats = n + 2 * m * m, bf16_floats = bf16 ? (n + 2 * m * m + 1) / 2 + 16 : 0;
   scratch.resize(size_t(f32_floats + bf16_floats));
-  float* next = scratch.data();  // [rows, cols] next iterate
-  float* gram = next + n;        // [m, m] A
-  float* poly = gram + m * m;    // [m, m] B = b·A + c·A·A
+  float* next = scratch.data();                              // [rows, cols] next iterate
+  float* gram = next + n;                                    // [m, m] A
+  float* poly = gram + m * m;                                // [m, m] B = b·A + c·A·A
   uint16_t* xb = reinterpret_cast<uint16_t*>(poly + m * m);  // [rows, cols] bf16(X)
-  uint16_t* gb = xb + n;                                      // [m, m] bf16(A)
-  uint16_t* pb = gb + m * m;                                  // [m, m] bf16(B)
+  uint16_t* gb = xb + n;                                     // [m, m] bf16(A)
+  uint16_t* pb = gb + m * m;                                 // [m, m] bf16(B)
   float* work = X;  // the iterate, in place; it ends in X (copied back if the swaps leave it in `next`)
 
   double sum_sq = 0;
