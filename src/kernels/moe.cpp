@@ -1,8 +1,12 @@
 #include "kernels/moe.h"
 
+#include <algorithm>
 #include <cstring>
+#include <exception>
+#include <mutex>
 
 #include "core/profile.h"
+#include "core/threads.h"
 #include "kernels/elementwise.h"
 #include "kernels/gemm.h"
 #include "kernels/grouped_gemm.h"
@@ -105,6 +109,42 @@ MatRef expert_mat(const Tensor& W, int64_t e, bool trans) {
 
 }  // namespace
 
+namespace {
+// Runs fn(e) for every expert with rows, as grouped_linear_forward schedules its experts: one holding at
+// least a thread's share of the rows runs alone with all threads for its GEMMs; the others are spread over
+// the threads, largest first, each GEMM on its thread (gemm() inside a parallel region stays on the calling
+// thread). fn(e) must write only expert e's outputs. The first exception is carried out of the region.
+template <typename Fn>
+void for_each_expert(const int64_t* offsets, int64_t E, const Fn& fn) {
+  const int threads = threads_here();
+  const int64_t total = offsets[E];
+  std::vector<int64_t> spread;
+  for (int64_t e = 0; e < E; e++) {
+    const int64_t rows = offsets[e + 1] - offsets[e];
+    if (rows == 0) continue;
+    if (threads == 1 || rows * threads >= total)
+      fn(e);
+    else
+      spread.push_back(e);
+  }
+  std::stable_sort(spread.begin(), spread.end(), [&](int64_t a, int64_t b) {
+    return offsets[a + 1] - offsets[a] > offsets[b + 1] - offsets[b];
+  });
+  std::exception_ptr error;
+  std::mutex error_mu;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (spread.size() > 1)
+  for (size_t i = 0; i < spread.size(); i++) {
+    try {
+      fn(spread[i]);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(error_mu);
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
+}
+}  // namespace
+
 void moe_experts_backward(float* du, float* dweight, float* dgate_up, float* ddown, const float* dout,
                           const float* u, const int32_t* choice, const float* weight, const float* p_skip,
                           const ExpertPlan& plan, const Tensor& gate_up, const Tensor& down, const float* gu,
@@ -161,29 +201,27 @@ void moe_experts_backward(float* du, float* dweight, float* dgate_up, float* ddo
     rows_bf16(dy16, dy.data(), H);
     rows_bf16(act16, act, I);
   }
-  for (int64_t e = 0; e < E; e++) {
+  for_each_expert(plan.offsets.data(), E, [&](int64_t e) {
     const int64_t o0 = plan.offsets[e], ne = plan.offsets[e + 1] - o0;
-    if (ne == 0) continue;
     // y = ψ·D_eᵀ:  ḡD_e += ḡyᵀ·ψ,  ḡψ = ḡy·D_e.
     gemm_with(weight_grad, H, I, ne, 1.f, rows(dy16, dy.data(), o0, H, /*trans=*/true),
               rows(act16, act, o0, I, false), 1.f, ddown + e * H * I, I);
     gemm_with(GemmBackend::OneDnnRuntimeM, ne, I, H, 1.f, rows(dy16, dy.data(), o0, H, false),
               expert_mat(down, e, false), 0.f, dact.data() + o0 * I, I);
-  }
+  });
   swiglu_backward(dgu.data(), dact.data(), gu, n, I);
   if (bf16) {
     rows_bf16(dgu16, dgu.data(), 2 * I);
     rows_bf16(x16, x.data(), H);
   }
-  for (int64_t e = 0; e < E; e++) {
+  for_each_expert(plan.offsets.data(), E, [&](int64_t e) {
     const int64_t o0 = plan.offsets[e], ne = plan.offsets[e + 1] - o0;
-    if (ne == 0) continue;
     // [a|b] = x·G_eᵀ:  ḡG_e += [ḡa|ḡb]ᵀ·x,  ḡx = [ḡa|ḡb]·G_e.
     gemm_with(weight_grad, 2 * I, H, ne, 1.f, rows(dgu16, dgu.data(), o0, 2 * I, /*trans=*/true),
               rows(x16, x.data(), o0, H, false), 1.f, dgate_up + e * 2 * I * H, H);
     gemm_with(GemmBackend::OneDnnRuntimeM, ne, H, 2 * I, 1.f, rows(dgu16, dgu.data(), o0, 2 * I, false),
               expert_mat(gate_up, e, false), 0.f, dx.data() + o0 * H, H);
-  }
+  });
 #pragma omp parallel for schedule(static) if (n * H > 65536)
   for (int64_t r = 0; r < n; r++) {
     float* d = du + plan.perm[r] * H;
