@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
 #include <filesystem>
+#include <mutex>
 
 #include "core/error.h"
 #include "core/profile.h"
@@ -290,9 +292,19 @@ void block_forward(const ZayaModel& model, int64_t li, const BlockCall& call, fl
   for (int64_t si = 0; si < n_segs; si++)
     (seg_parallel && call.segs[si].n < kShortSegment ? short_segs : long_segs).push_back(si);
   const bool threads_over_segments = short_segs.size() > 1;
+  // An exception must not leave the parallel region (that terminates): the first one is carried out.
+  std::exception_ptr error;
+  std::mutex error_mu;
 #pragma omp parallel for schedule(dynamic, 1) if (threads_over_segments)
-  for (size_t i = 0; i < short_segs.size(); i++)
-    run_segment(short_segs[i], threads_over_segments ? omp_get_thread_num() : 0);
+  for (size_t i = 0; i < short_segs.size(); i++) {
+    try {
+      run_segment(short_segs[i], threads_over_segments ? omp_get_thread_num() : 0);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(error_mu);
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
   for (int64_t si : long_segs) run_segment(si, 0);
   // Each cache's keys advance once, after all its rows attended. Sliding layers keep only the last W-1 keys
   // (spec §7.4); a recording (training) forward keeps all.
