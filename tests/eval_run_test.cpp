@@ -222,12 +222,8 @@ TEST(EvalRun, MatchesThePyTorchReference) {
                "my_task --log-samples " +
                samples);
   ASSERT_EQ(p.code, 0) << p.out;
-  std::vector<nlohmann::json> got, want;
-  {
-    std::ifstream a(samples), b(test::data_dir() + "/eval_ref/reference.jsonl");
-    for (std::string line; std::getline(a, line);) got.push_back(nlohmann::json::parse(line));
-    for (std::string line; std::getline(b, line);) want.push_back(nlohmann::json::parse(line));
-  }
+  const std::vector<nlohmann::json> got = test::read_jsonl(samples),
+                                    want = test::read_jsonl(test::data_dir() + "/eval_ref/reference.jsonl");
   ASSERT_EQ(got.size(), want.size());
   ASSERT_GT(got.size(), 30u);
   double worst = 0;
@@ -266,12 +262,9 @@ TEST(EvalRun, Gsm8kMatchesThePyTorchReference) {
       run_zaya("eval run --model " + fx.dir + " --data-dir " + eval_data() +
                " --num-fewshot 1 --context 64 --max-gen-tokens 24 --tasks gsm8k --log-samples " + samples);
   ASSERT_EQ(p.code, 0) << p.out;
-  std::vector<nlohmann::json> got, want;
-  {
-    std::ifstream a(samples), b(test::data_dir() + "/eval_ref/gsm8k_reference.jsonl");
-    for (std::string line; std::getline(a, line);) got.push_back(nlohmann::json::parse(line));
-    for (std::string line; std::getline(b, line);) want.push_back(nlohmann::json::parse(line));
-  }
+  const std::vector<nlohmann::json> got = test::read_jsonl(samples),
+                                    want = test::read_jsonl(test::data_dir() +
+                                                            "/eval_ref/gsm8k_reference.jsonl");
   ASSERT_EQ(got.size(), want.size());
   ASSERT_GE(got.size(), 3u);
   size_t tokens = 0;

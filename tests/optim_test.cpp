@@ -691,6 +691,8 @@ TEST(OptimConfigJson, BadFieldsNameTheField) {
       {R"({"muon": {"ns_steps": 0}})", "field 'muon.ns_steps': expected an integer in [1, 100]"},
       {R"({"muon": {"nesterov": 1}})", "field 'muon.nesterov': expected true or false"},
       {R"({"muon": {"rms_match": "adam"}})", "field 'muon.rms_match': expected one of"},
+      {R"({"muon": {"ns_dtype": "fp16"}})", "field 'muon.ns_dtype': expected one of"},
+      {R"({"muon": {"ns_dtype": 16}})", "field 'muon.ns_dtype'"},
       {R"({"muon": {"ns_coefficients": [1, 2]}})", "field 'muon.ns_coefficients'"},
       {R"({"groups": {"norms": {}}})", "field 'groups.norms' is not a known field"},
       {R"({"groups": {"norm": {"optimizer": "sgd"}}})", "field 'groups.norm.optimizer': expected one of"},

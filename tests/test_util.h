@@ -43,6 +43,14 @@ inline nlohmann::json read_json(const std::string& path) {
   return nlohmann::json::parse(ss.str());
 }
 
+// Every line of a JSON-lines file, parsed (a missing file gives none: the caller's size check reports it).
+inline std::vector<nlohmann::json> read_jsonl(const std::string& path) {
+  std::vector<nlohmann::json> rows;
+  std::ifstream f(path);
+  for (std::string line; std::getline(f, line);) rows.push_back(nlohmann::json::parse(line));
+  return rows;
+}
+
 // Runs a shell command line with stdout and stderr in `log`; the exit status, or -1 when it was signalled.
 inline int run_shell(const std::string& cmd, const std::string& log) {
   const int st = std::system((cmd + " > '" + log + "' 2>&1").c_str());

@@ -2,8 +2,6 @@
 #include "kernels/grouped_gemm.h"
 
 #include <algorithm>
-#include <exception>
-#include <mutex>
 #include <vector>
 
 #include "core/error.h"
@@ -25,6 +23,8 @@ void expert_forward(GemmBackend backend, float* out, const float* in, const Tens
   gemm_with(backend, rows, N, K, 1.0f, mat(in + begin * K, K), we, 0.0f, out + begin * N, N);
 }
 
+}  // namespace
+
 // Splits the non-empty experts into `whole` (run one at a time, each GEMM on all threads) and `spread`
 // (spread over the threads, one GEMM per thread, largest first so the dynamic schedule balances them).
 // Auto gives an expert all threads when it holds at least a thread's share of the rows: spread, it would
@@ -33,8 +33,8 @@ void expert_forward(GemmBackend backend, float* out, const float* in, const Tens
 // decode-sized batches (16 and 64 tokens, 1-4 rows an expert) 37 vs 31 and 66 vs 57. Fewer fork/joins,
 // and small products are not split; on a loaded machine, where every fork/join risks a lost time slice,
 // the gap grows several-fold.
-void plan_experts(GroupedSchedule schedule, const int64_t* offsets, int64_t E, int threads,
-                  std::vector<int64_t>* whole, std::vector<int64_t>* spread) {
+void plan_grouped_experts(GroupedSchedule schedule, const int64_t* offsets, int64_t E, int threads,
+                          std::vector<int64_t>* whole, std::vector<int64_t>* spread) {
   const int64_t total = offsets[E];
   for (int64_t e = 0; e < E; e++) {
     const int64_t rows = offsets[e + 1] - offsets[e];
@@ -47,8 +47,6 @@ void plan_experts(GroupedSchedule schedule, const int64_t* offsets, int64_t E, i
     return offsets[a + 1] - offsets[a] > offsets[b + 1] - offsets[b];
   });
 }
-
-}  // namespace
 
 const char* grouped_schedule_name(GroupedSchedule schedule) {
   switch (schedule) {
@@ -81,23 +79,12 @@ void grouped_linear_forward_with(GroupedSchedule schedule, GemmBackend backend, 
 
   const int threads = threads_here();
   std::vector<int64_t> whole, spread;
-  plan_experts(schedule, offsets, E, threads, &whole, &spread);
+  plan_grouped_experts(schedule, offsets, E, threads, &whole, &spread);
   for (int64_t e : whole) expert_forward(backend, out, in, W, offsets, e);
   if (spread.empty()) return;
-  // Each GEMM runs inside the parallel region, so it stays on its thread (see gemm.h). An exception must
-  // not leave the region (that terminates), so the first one is carried out.
-  std::exception_ptr error;
-  std::mutex error_mu;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-  for (size_t i = 0; i < spread.size(); i++) {
-    try {
-      expert_forward(backend, out, in, W, offsets, spread[i]);
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(error_mu);
-      if (!error) error = std::current_exception();
-    }
-  }
-  if (error) std::rethrow_exception(error);
+  // Each GEMM runs inside the parallel region, so it stays on its thread (see gemm.h).
+  parallel_for_dynamic(spread.size(), threads,
+                       [&](size_t i, int) { expert_forward(backend, out, in, W, offsets, spread[i]); });
 }
 
 void grouped_linear_forward(float* out, const float* in, const Tensor& W, const int64_t* offsets, int64_t E,

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/tensor.h"
 #include "kernels/gemm.h"
@@ -29,6 +30,12 @@ void grouped_linear_forward(float* out, const float* in, const Tensor& W, const 
 //   Auto            experts holding at least 1/threads of the rows one at a time, the rest spread
 enum class GroupedSchedule { Auto, Sequential, ExpertParallel };
 const char* grouped_schedule_name(GroupedSchedule schedule);
+
+// The schedule's split of the non-empty experts of `offsets` ([E+1]) for `threads` threads: `whole` run one
+// at a time with every thread on each GEMM, `spread` (largest first) one GEMM per thread. (The experts'
+// backward schedules its products the same way: kernels/moe.cpp.)
+void plan_grouped_experts(GroupedSchedule schedule, const int64_t* offsets, int64_t E, int threads,
+                          std::vector<int64_t>* whole, std::vector<int64_t>* spread);
 
 void grouped_linear_forward_with(GroupedSchedule schedule, GemmBackend backend, float* out, const float* in,
                                  const Tensor& W, const int64_t* offsets, int64_t E);

@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <exception>
-#include <mutex>
 
 #include "core/profile.h"
 #include "core/threads.h"
@@ -110,38 +108,16 @@ MatRef expert_mat(const Tensor& W, int64_t e, bool trans) {
 }  // namespace
 
 namespace {
-// Runs fn(e) for every expert with rows, as grouped_linear_forward schedules its experts: one holding at
-// least a thread's share of the rows runs alone with all threads for its GEMMs; the others are spread over
-// the threads, largest first, each GEMM on its thread (gemm() inside a parallel region stays on the calling
-// thread). fn(e) must write only expert e's outputs. The first exception is carried out of the region.
+// fn(e) for every expert with rows, scheduled as grouped_linear_forward's (GroupedSchedule::Auto): an expert
+// with at least a thread's share of the rows alone with every thread on its GEMMs, the others spread over the
+// threads, each GEMM on its thread. fn(e) must write only expert e's outputs.
 template <typename Fn>
 void for_each_expert(const int64_t* offsets, int64_t E, const Fn& fn) {
   const int threads = threads_here();
-  const int64_t total = offsets[E];
-  std::vector<int64_t> spread;
-  for (int64_t e = 0; e < E; e++) {
-    const int64_t rows = offsets[e + 1] - offsets[e];
-    if (rows == 0) continue;
-    if (threads == 1 || rows * threads >= total)
-      fn(e);
-    else
-      spread.push_back(e);
-  }
-  std::stable_sort(spread.begin(), spread.end(), [&](int64_t a, int64_t b) {
-    return offsets[a + 1] - offsets[a] > offsets[b + 1] - offsets[b];
-  });
-  std::exception_ptr error;
-  std::mutex error_mu;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (spread.size() > 1)
-  for (size_t i = 0; i < spread.size(); i++) {
-    try {
-      fn(spread[i]);
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(error_mu);
-      if (!error) error = std::current_exception();
-    }
-  }
-  if (error) std::rethrow_exception(error);
+  std::vector<int64_t> whole, spread;
+  plan_grouped_experts(GroupedSchedule::Auto, offsets, E, threads, &whole, &spread);
+  for (int64_t e : whole) fn(e);
+  parallel_for_dynamic(spread.size(), threads, [&](size_t i, int) { fn(spread[i]); });
 }
 }  // namespace
 

@@ -7,8 +7,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <exception>
-#include <mutex>
 #include <vector>
 
 #if defined(__AVX512F__)
@@ -745,18 +743,7 @@ void run_tiles(const std::vector<Tile>& tiles, size_t bytes, Fn&& fn) {
     for (const Tile& t : tiles) fn(t);
     return;
   }
-  std::exception_ptr error;
-  std::mutex error_mu;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-  for (size_t i = 0; i < tiles.size(); i++) {
-    try {
-      fn(tiles[i]);
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(error_mu);
-      if (!error) error = std::current_exception();
-    }
-  }
-  if (error) std::rethrow_exception(error);
+  parallel_for_dynamic(tiles.size(), threads, [&](size_t i, int) { fn(tiles[i]); });
 }
 
 // Rows [n0, n0 + rows) of W's expert `expert` into out32 or out16 ([rows, K]), rows spread over the threads.

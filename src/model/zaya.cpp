@@ -4,13 +4,12 @@
 
 #include <algorithm>
 #include <cstring>
-#include <exception>
 #include <filesystem>
-#include <mutex>
 
 #include "core/error.h"
 #include "core/profile.h"
 #include "core/quant.h"
+#include "core/threads.h"
 #include "kernels/attention.h"
 #include "kernels/cca.h"
 #include "kernels/elementwise.h"
@@ -291,20 +290,8 @@ void block_forward(const ZayaModel& model, int64_t li, const BlockCall& call, fl
   std::vector<int64_t> short_segs, long_segs;
   for (int64_t si = 0; si < n_segs; si++)
     (seg_parallel && call.segs[si].n < kShortSegment ? short_segs : long_segs).push_back(si);
-  const bool threads_over_segments = short_segs.size() > 1;
-  // An exception must not leave the parallel region (that terminates): the first one is carried out.
-  std::exception_ptr error;
-  std::mutex error_mu;
-#pragma omp parallel for schedule(dynamic, 1) if (threads_over_segments)
-  for (size_t i = 0; i < short_segs.size(); i++) {
-    try {
-      run_segment(short_segs[i], threads_over_segments ? omp_get_thread_num() : 0);
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(error_mu);
-      if (!error) error = std::current_exception();
-    }
-  }
-  if (error) std::rethrow_exception(error);
+  parallel_for_dynamic(short_segs.size(), int(seg_threads),
+                       [&](size_t i, int slot) { run_segment(short_segs[i], slot); });
   for (int64_t si : long_segs) run_segment(si, 0);
   // Each cache's keys advance once, after all its rows attended. Sliding layers keep only the last W-1 keys
   // (spec §7.4); a recording (training) forward keeps all.

@@ -193,6 +193,12 @@ def check_generation(model, tok, s):
     return ref, diffs
 
 
+def write_jsonl(path, rows):
+    with open(path, "w", encoding="utf-8") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True)
@@ -219,9 +225,7 @@ def main():
         print(f"{len(gen_samples)} generations: {len(gen_samples) - gen_bad} the same as the reference "
               f"({sum(len(r['generated_tokens']) for r in gen_out)} reference tokens)")
     if args.gen_out:
-        with open(args.gen_out, "w", encoding="utf-8") as f:
-            for r in gen_out:
-                f.write(json.dumps(r) + "\n")
+        write_jsonl(args.gen_out, gen_out)
     out, worst, mismatches = [], 0.0, 0
     items = {}
     for s in samples:
@@ -240,9 +244,7 @@ def main():
     print(f"{len(samples)} requests, {len(items)} items: max |ll_zaya - ll_ref| = {worst:.3e}, "
           f"token mismatches {mismatches}, argmax agrees on {agree}/{len(items)} items")
     if args.out:
-        with open(args.out, "w", encoding="utf-8") as f:
-            for r in out:
-                f.write(json.dumps(r) + "\n")
+        write_jsonl(args.out, out)
     sys.exit(1 if mismatches or worst > 1e-4 or gen_bad else 0)
 
 
