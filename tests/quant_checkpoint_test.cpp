@@ -7,12 +7,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
 #include "core/error.h"
 #include "core/quant.h"
 #include "io/checkpoint_files.h"
+#include "io/mapped_file.h"
 #include "io/model_inputs.h"
 #include "io/safetensors.h"
 #include "io/safetensors_writer.h"
@@ -133,6 +135,80 @@ TEST(QuantCheckpoint, ForwardEqualsDequantizedModel) {
                 v, same, total, dp.str().c_str());
     for (float x : packed_steps) ASSERT_TRUE(std::isfinite(x)) << v;
   }
+}
+
+// `--no-mmap` (LoadOptions::in_memory): every matrix read in place from the mapping moves to a huge-page
+// buffer of its own (2 MiB-aligned: core/tensor.h huge_alloc_shared) with the same bytes, the tied head
+// follows the embedding, and the logits equal the mapped model's bit for bit: the golden bf16 / fp32 model
+// (whose matrices are all used in place in its own dtype) and each quantized variant (FP8 experts stay in
+// their stored bytes; packed matrices read their pack and are left alone).
+TEST(QuantCheckpoint, NoMmapMovesMappedMatricesAndKeepsTheLogits) {
+  const ModelInputs in = load_model_inputs(test::golden_dir() + "/inputs.json");
+  struct Case {
+    std::string dir;
+    DType compute;
+    bool moves;  // some matrix is used in place from the mapping (else every one is converted or packed)
+  };
+  std::vector<Case> cases = {{test::golden_dir(), DType::F32, true}};
+  for (const char* v : kVariants)
+    cases.push_back({quant_dir(v), DType::BF16, std::string(v) == "fp8_experts"});
+  for (const Case& c : cases) {
+    LoadOptions lo;
+    lo.compute = c.compute;
+    const ZayaModel mapped = ZayaModel::load(c.dir, lo);
+    lo.in_memory = true;
+    const ZayaModel copied = ZayaModel::load(c.dir, lo);
+    const auto pm = named_params(mapped.cfg, const_cast<ZayaWeights&>(mapped.w));
+    const auto pc = named_params(copied.cfg, const_cast<ZayaWeights&>(copied.w));
+    ASSERT_EQ(pm.size(), pc.size());
+    int64_t moved = 0;
+    for (size_t i = 0; i < pm.size(); i++) {
+      const Tensor& a = *pm[i].slot;
+      const Tensor& b = *pc[i].slot;
+      ASSERT_EQ(a.dtype, b.dtype) << c.dir << ": " << pm[i].name;
+      ASSERT_EQ(a.nbytes(), b.nbytes()) << c.dir << ": " << pm[i].name;
+      EXPECT_EQ(0, std::memcmp(a.data, b.data, a.nbytes())) << c.dir << ": " << pm[i].name;
+      if (a.data != b.data && reinterpret_cast<uintptr_t>(b.data) % kHugePageBytes == 0) moved++;
+    }
+    if (c.moves) EXPECT_GT(moved, 0) << c.dir << ": no matrix moved out of the mapping";
+    if (copied.cfg.tie_word_embeddings) EXPECT_EQ(copied.w.lm_head.data, copied.w.embed.data) << c.dir;
+    std::vector<float> logits[2];
+    for (int i = 0; i < 2; i++) {
+      ZayaCache cache((i ? copied : mapped).cfg, in.B);
+      ForwardOptions opt;
+      ForwardResult res;
+      ForwardScratch sc;
+      zaya_forward(i ? copied : mapped, cache, in.input_ids.data(), nullptr, in.B, in.S, opt, res, sc);
+      logits[i] = res.logits;
+    }
+    ASSERT_EQ(logits[0].size(), logits[1].size());
+    EXPECT_EQ(0, std::memcmp(logits[0].data(), logits[1].data(), logits[0].size() * sizeof(float))) << c.dir;
+    for (float x : logits[1]) ASSERT_TRUE(std::isfinite(x)) << c.dir;
+  }
+}
+
+// move_mapped_to_huge_pages on a mapped range longer than its 64 MiB copy pieces, starting off a page
+// boundary (as a tensor inside a safetensors file does): every byte arrives, and the file is untouched.
+TEST(QuantCheckpoint, MoveOutOfMappingCopiesEveryPiece) {
+  test::TempDir tmp("move_mapped");
+  const std::string path = tmp.path + "/blob";
+  const size_t n = (size_t(70) << 20) + 4098, off = 1234;
+  std::vector<uint16_t> want(n / 2);
+  for (size_t i = 0; i < want.size(); i++) want[i] = uint16_t(i * 2654435761u >> 7);
+  {
+    std::ofstream f(path, std::ios::binary);
+    f.write(std::string(off, 'x').data(), std::streamsize(off));
+    f.write(reinterpret_cast<const char*>(want.data()), std::streamsize(want.size() * 2));
+  }
+  std::shared_ptr<MappedFile> file = MappedFile::open(path, /*populate=*/true);
+  Tensor t =
+      Tensor::view(DType::BF16, {int64_t(want.size())}, const_cast<uint8_t*>(file->data()) + off, file);
+  move_mapped_to_huge_pages(t);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data) % kHugePageBytes, 0u);
+  EXPECT_EQ(t.shape, Shape{int64_t(want.size())});
+  EXPECT_EQ(0, std::memcmp(t.data, want.data(), want.size() * 2));
+  EXPECT_EQ(
+      0, std::memcmp(file->data() + off, want.data(), want.size() * 2));  // the mapping reads the file again
 }
 
 // `zaya quantize` writes what the reference writes: the same element bytes for every scheme, the same

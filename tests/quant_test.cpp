@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/mem_bandwidth.h"
+#include "core/tensor.h"
 #include "kernels/gemm.h"
 #include "kernels/grouped_gemm.h"
 #include "kernels/quant_gemm.h"
@@ -531,6 +533,33 @@ TEST(QuantGemm, NanActivationIsNotHidden) {
   a[17] = NAN;
   quant_linear_forward(out.data(), 4, a.data(), 1, W);
   for (float v : out) EXPECT_TRUE(std::isnan(v));
+}
+
+// huge_alloc_shared: 2 MiB-aligned, whole huge pages, zero (committed or not), writable to its last byte.
+TEST(HugeAlloc, AlignedZeroAndWritable) {
+  for (bool commit : {true, false}) {
+    for (size_t n : {size_t(1), size_t(3) << 20, size_t(5) << 20}) {
+      std::shared_ptr<void> p = huge_alloc_shared(n, commit);
+      ASSERT_NE(p.get(), nullptr);
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(p.get()) % kHugePageBytes, 0u) << n;
+      const auto* b = static_cast<const uint8_t*>(p.get());
+      for (size_t i = 0; i < n; i += 4093) ASSERT_EQ(b[i], 0) << n << " at " << i;
+      EXPECT_EQ(b[n - 1], 0);
+      std::memset(p.get(), 0x5a, n);
+      EXPECT_EQ(b[n - 1], 0x5a);
+    }
+  }
+}
+
+// The read-bandwidth probe measures a finite positive rate again and again from one buffer (its value is a
+// property of the machine; `zaya bench decode` reports it).
+TEST(ReadBandwidth, ProbeMeasuresRepeatedly) {
+  const ReadBandwidthProbe probe(size_t(8) << 20);
+  EXPECT_EQ(probe.bytes(), size_t(8) << 20);
+  for (int i = 0; i < 2; i++) {
+    const double gbs = probe.measure(1);
+    EXPECT_TRUE(std::isfinite(gbs) && gbs > 0) << gbs;
+  }
 }
 
 }  // namespace

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "semantics_option.h"
+#include "load_flags.h"
 
 namespace zaya::app {
 
@@ -19,7 +19,7 @@ struct BenchDecodeOptions {
   int repeats = 5;
   uint64_t seed = 0;
   bool batch_invariant = false, compare_invariant = false;
-  SemanticsOption semantics;
+  LoadFlags semantics;
 };
 
 void add_bench_decode_options(CLI::App& sub, BenchDecodeOptions& o);

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "semantics_option.h"
+#include "load_flags.h"
 
 namespace zaya::app {
 
@@ -22,7 +22,7 @@ struct BenchEvalOptions {
   int repeats = 3;
   std::string way = "both";  // both | shared | separate (one way only: for ZAYA_PROFILE=1)
   uint64_t seed = 0;
-  SemanticsOption semantics;
+  LoadFlags semantics;
 };
 
 void add_bench_eval_options(CLI::App& sub, BenchEvalOptions& o);

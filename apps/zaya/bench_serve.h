@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "semantics_option.h"
+#include "load_flags.h"
 
 namespace zaya::app {
 
@@ -15,7 +15,7 @@ struct BenchServeOptions {
   std::string model_dir, config, tokenizer, dtype = "bf16";
   std::string served_model_name;  // --url: default the first id of /v1/models
   std::string api_key;
-  SemanticsOption semantics;
+  LoadFlags semantics;
   int64_t parallel = 0;  // 0: the largest concurrency
   int64_t batch_tokens = 512, ctx_size = 0;
   std::string batch_invariant = "on";  // on | off

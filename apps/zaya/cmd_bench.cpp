@@ -21,11 +21,11 @@
 #include "core/cpu_info.h"
 #include "core/error.h"
 #include "kernels/gemm.h"
+#include "load_flags.h"
 #include "model/zaya-backward.h"
 #include "model/zaya-flops.h"
 #include "model/zaya-init.h"
 #include "model/zaya.h"
-#include "semantics_option.h"
 #include "train/clip.h"
 #include "train/muon.h"
 #include "train/optimizer.h"
@@ -60,13 +60,15 @@ nlohmann::json result_json(const char* bench, const std::string& dtype, const za
 }
 
 int bench_forward(const std::string& model_dir, const std::string& config, int64_t B, int64_t S,
-                  const std::string& dtype, int repeats, uint64_t seed, zaya::Semantics semantics) {
+                  const std::string& dtype, int repeats, uint64_t seed, zaya::Semantics semantics,
+                  bool in_memory) {
   const zaya::DType dt = dtype == "bf16" ? zaya::DType::BF16 : zaya::DType::F32;
   zaya::ZayaModel model;
   if (!model_dir.empty()) {
     zaya::LoadOptions lo;
     lo.compute = dt;
     lo.semantics = semantics;
+    lo.in_memory = in_memory;
     model = zaya::ZayaModel::load(model_dir, lo);
   } else {
     model.cfg = zaya::load_config(config);
@@ -349,8 +351,8 @@ int cmd_bench(int argc, char** argv) {
   fwd->add_option("--dtype", dtype, "GEMM dtype")->check(CLI::IsMember({"fp32", "bf16"}));
   fwd->add_option("--repeats", repeats, "timed runs after one warm-up (median reported)");
   fwd->add_option("--seed", seed, "weights/tokens seed");
-  zaya::app::SemanticsOption f_sem, t_sem;
-  zaya::app::add_semantics_option(*fwd, f_sem);
+  zaya::app::LoadFlags f_sem, t_sem;
+  zaya::app::add_load_flags(*fwd, f_sem);
   bool invariant = false;
   fwd->add_flag("--batch-invariant", invariant,
                 "gemm()'s batch-invariant mode (row results independent of the batch; kernels/gemm.h)");
@@ -373,7 +375,7 @@ int cmd_bench(int argc, char** argv) {
   trn->add_option("--steps", t_steps, "timed steps after one warm-up (median reported)");
   trn->add_option("--dtype", t_dtype, "GEMM dtype")->check(CLI::IsMember({"fp32", "bf16"}));
   trn->add_option("--seed", seed, "weights/tokens seed");
-  zaya::app::add_semantics_option(*trn, t_sem);
+  zaya::app::add_load_flags(*trn, t_sem, /*with_no_mmap=*/false);
   trn->add_option("--optimizer", t_optim,
                   "adamw (every parameter, like the PyTorch baseline) or zaya (Muon split)")
       ->check(CLI::IsMember({"adamw", "zaya"}));
@@ -429,7 +431,7 @@ int cmd_bench(int argc, char** argv) {
     ZAYA_CHECK(!model_dir.empty() || !config.empty(),
                "zaya bench forward needs --model DIR or --config FILE");
     ZAYA_CHECK(B > 0 && S > 0 && repeats > 0, "--batch, --seq and --repeats must be positive");
-    return bench_forward(model_dir, config, B, S, dtype, repeats, seed, f_sem.get());
+    return bench_forward(model_dir, config, B, S, dtype, repeats, seed, f_sem.get(), f_sem.no_mmap);
   }
   return 2;
 }

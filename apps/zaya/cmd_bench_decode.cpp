@@ -126,7 +126,7 @@ void add_bench_decode_options(CLI::App& sub, BenchDecodeOptions& o) {
   sub.add_flag(
       "--compare-invariant", o.compare_invariant,
       "run every repetition with the batch-invariant mode off and on, interleaved; report the ratio");
-  add_semantics_option(sub, o.semantics);
+  add_load_flags(sub, o.semantics);
 }
 
 int bench_decode(const BenchDecodeOptions& o) {
@@ -140,16 +140,19 @@ int bench_decode(const BenchDecodeOptions& o) {
   DType qfmt = DType::F32;
   const bool quantize_now = quant_scheme_from_name(weights, &qfmt);
 
-  // Measured before the model takes memory and caches: the roof this run is compared with.
+  // The roof this run is compared with: a 1 GiB streaming read, measured before the model loads and again
+  // after every timed repetition (the machine's bandwidth moves while the run goes on); each repetition's
+  // achieved GB/s is divided by the measurement beside it. The probe's buffer stays resident all run.
   std::fprintf(stderr, "bench decode: measuring the read bandwidth (1 GiB, %d threads)\n", num_threads());
-  const double read_gbs = measure_read_bandwidth_gbs();
+  const ReadBandwidthProbe probe;
+  const double read_gbs = probe.measure(5);
 
   const auto t_load = Clock::now();
   ZayaModel model;
   if (!o.model_dir.empty()) {
     LoadOptions lo;
     lo.compute = compute;
-    lo.semantics = o.semantics.get();
+    o.semantics.apply(lo);
     model = ZayaModel::load(o.model_dir, lo);
   } else {
     model.cfg = load_config(o.config);
@@ -186,7 +189,8 @@ int bench_decode(const BenchDecodeOptions& o) {
     std::vector<std::vector<double>> step_s(modes.size()), prefill_s(modes.size());
     double bytes_sum = 0, experts_sum = 0;
     int64_t bytes_steps = 0;
-    for (int r = 0; r <= o.repeats; r++) {  // r == 0 is the warm-up
+    std::vector<double> bandwidth_gbs, fraction;  // per timed repetition
+    for (int r = 0; r <= o.repeats; r++) {        // r == 0 is the warm-up
       for (size_t k = 0; k < modes.size(); k++) {
         const size_t mi = (r % 2 == 1 && modes.size() == 2) ? 1 - k : k;
         set_gemm_batch_invariant(modes[mi]);
@@ -198,7 +202,7 @@ int bench_decode(const BenchDecodeOptions& o) {
         zaya_forward(model, cache, ids.data(), nullptr, B, o.context, opt, res, sc);
         const double pre = seconds_since(t0);
         std::vector<int32_t> next(static_cast<size_t>(B));
-        double dec = 0;
+        double dec = 0, rep_bytes = 0;
         for (int64_t s = 0; s < o.tokens; s++) {
           for (auto& id : next) id = token();
           profile_pause(r == 0);
@@ -217,19 +221,29 @@ int bench_decode(const BenchDecodeOptions& o) {
               experts_sum += double(chosen.size());
             }
             bytes_sum += bytes;
+            rep_bytes += bytes;
             bytes_steps++;
           }
         }
         dec /= double(o.tokens);
+        double gbs = 0;
+        char beside[96] = "";
         if (r > 0) {
           step_s[mi].push_back(dec);
           prefill_s[mi].push_back(pre);
+          if (mi == 0) {
+            gbs = probe.measure(3);
+            bandwidth_gbs.push_back(gbs);
+            fraction.push_back(rep_bytes / double(o.tokens) / dec / 1e9 / gbs);
+            std::snprintf(beside, sizeof beside, "  read bandwidth beside it %.1f GB/s, fraction %.2f", gbs,
+                          fraction.back());
+          }
         }
         std::fprintf(
             stderr,
-            "bench decode: %s %d/%d  B=%lld  invariant=%d  prefill %.3f s  step %.2f ms  %.1f tok/s\n",
+            "bench decode: %s %d/%d  B=%lld  invariant=%d  prefill %.3f s  step %.2f ms  %.1f tok/s%s\n",
             r ? "run" : "warm-up", r, o.repeats, (long long)B, int(modes[mi]), pre, dec * 1e3,
-            double(B) / dec);
+            double(B) / dec, beside);
       }
     }
     const double step = median(step_s[0]);
@@ -253,9 +267,12 @@ int bench_decode(const BenchDecodeOptions& o) {
     j["weight_bytes_per_step"] = bytes;
     j["experts_read_per_layer"] = experts_sum / double(std::max<int64_t>(bytes_steps, 1) * L);
     j["achieved_gbs"] = bytes / step / 1e9;
-    j["read_bandwidth_gbs"] = read_gbs;
-    j["bandwidth_fraction"] = bytes / step / 1e9 / read_gbs;
-    j["peak_rss_mb"] = peak_rss_mb();
+    // The median of the measurements taken beside the timed repetitions, and the median of each repetition's
+    // achieved GB/s over its own measurement.
+    j["read_bandwidth_gbs"] = median(bandwidth_gbs);
+    j["read_bandwidth_before_load_gbs"] = read_gbs;
+    j["bandwidth_fraction"] = median(fraction);
+    j["peak_rss_mb"] = peak_rss_mb() - double(probe.bytes()) / double(1 << 20);  // less the probe's buffer
     j["load_s"] = load_s;
     if (modes.size() == 2) {
       std::vector<double> ratio;

@@ -39,7 +39,7 @@ void add_bench_eval_options(CLI::App& sub, BenchEvalOptions& o) {
   sub.add_option("--seed", o.seed, "weights / tokens seed");
   sub.add_option("--way", o.way, "both, or only one way (to profile it with ZAYA_PROFILE=1)")
       ->check(CLI::IsMember({"both", "shared", "separate"}));
-  add_semantics_option(sub, o.semantics);
+  add_load_flags(sub, o.semantics);
 }
 
 int bench_eval(const BenchEvalOptions& o) {
@@ -49,7 +49,7 @@ int bench_eval(const BenchEvalOptions& o) {
   if (!o.model_dir.empty()) {
     LoadOptions lo;
     lo.compute = dt;
-    lo.semantics = o.semantics.get();
+    o.semantics.apply(lo);
     model = ZayaModel::load(o.model_dir, lo);
   } else {
     model.cfg = load_config(o.config);

@@ -527,7 +527,7 @@ void Bench::start_in_process() {
   if (!o_.model_dir.empty()) {
     LoadOptions lo;
     lo.compute = dt;
-    lo.semantics = o_.semantics.get();
+    o_.semantics.apply(lo);
     ip_.model = ZayaModel::load(o_.model_dir, lo);
     if (tok_path.empty() && std::filesystem::exists(o_.model_dir + "/tokenizer.json"))
       tok_path = o_.model_dir + "/tokenizer.json";
@@ -1098,7 +1098,7 @@ void add_bench_serve_options(CLI::App& s, BenchServeOptions& o) {
   s.add_option("--dtype", o.dtype, "GEMM dtype of the in-process server")
       ->check(CLI::IsMember({"fp32", "bf16"}))
       ->capture_default_str();
-  add_semantics_option(s, o.semantics);
+  add_load_flags(s, o.semantics);
   s.add_option("--parallel", o.parallel, "server slots (0: the largest concurrency)")->capture_default_str();
   s.add_option("--batch-tokens", o.batch_tokens, "tokens per engine step (zaya serve --batch-tokens)")
       ->capture_default_str();

@@ -24,8 +24,8 @@
 #include "eval/cloze.h"
 #include "eval/perplexity.h"
 #include "eval_tasks.h"
+#include "load_flags.h"
 #include "model/zaya.h"
-#include "semantics_option.h"
 #include "tokenizer/tokenizer.h"
 
 namespace {
@@ -47,11 +47,11 @@ std::string read_file(const std::string& path) {
 
 int cmd_eval_ppl(const std::string& model_dir, const std::string& input, const std::string& tokenizer_path,
                  int64_t context, int64_t batch, int64_t limit, const std::string& dtype,
-                 zaya::Semantics sem) {
+                 const zaya::app::LoadFlags& sem) {
   const auto t0 = std::chrono::steady_clock::now();
   zaya::LoadOptions lo;
   lo.compute = dtype == "bf16" ? zaya::DType::BF16 : zaya::DType::F32;
-  lo.semantics = sem;
+  sem.apply(lo);
   const zaya::ZayaModel model = zaya::ZayaModel::load(model_dir, lo);
   if (context <= 0) context = std::min<int64_t>(model.cfg.max_position_embeddings, 2048);
   std::unique_ptr<zaya::Tokenizer> tok;
@@ -194,7 +194,7 @@ int cmd_eval(int argc, char** argv) {
       app.add_subcommand("ppl", "perplexity (token, word, byte; bits per byte) of text or token shards");
   std::string model_dir, input, tokenizer, dtype = "fp32";
   int64_t context = 0, batch = 4, limit = 0;
-  zaya::app::SemanticsOption sem;
+  zaya::app::LoadFlags sem;
   ppl->add_option("--model", model_dir, "HF checkpoint directory (float or quantized)")->required();
   ppl->add_option("--input", input, "text FILE, DIR of text files, or DATASET_PREFIX (zaya data prepare)")
       ->required();
@@ -204,7 +204,7 @@ int cmd_eval(int argc, char** argv) {
   ppl->add_option("--limit", limit, "only the first N documents");
   ppl->add_option("--dtype", dtype, "GEMM compute dtype of the float matrices")
       ->check(CLI::IsMember({"fp32", "bf16"}));
-  zaya::app::add_semantics_option(*ppl, sem);
+  zaya::app::add_load_flags(*ppl, sem);
 
   auto* run = app.add_subcommand(
       "run",
@@ -212,7 +212,7 @@ int cmd_eval(int argc, char** argv) {
       "or a generic JSONL task) from local files; results JSON in lm-eval's layout");
   zaya::app::EvalRunOptions ro;
   std::string tasks;
-  zaya::app::SemanticsOption run_sem;
+  zaya::app::LoadFlags run_sem;
   bool no_share = false;
   run->add_option("--model", ro.model_dir, "HF checkpoint directory (float or quantized)")->required();
   run->add_option("--tasks", tasks, "comma-separated task names (docs/eval.md)")->required();
@@ -238,7 +238,7 @@ int cmd_eval(int argc, char** argv) {
   run->add_option("--tokenizer", ro.tokenizer, "tokenizer.json (default: MODEL/tokenizer.json)");
   run->add_option("--dtype", ro.dtype, "GEMM compute dtype of the float matrices")
       ->check(CLI::IsMember({"fp32", "bf16"}));
-  zaya::app::add_semantics_option(*run, run_sem);
+  zaya::app::add_load_flags(*run, run_sem);
 
   auto* table =
       app.add_subcommand("table", "a markdown table of results files: models as columns, tasks as rows");
@@ -268,14 +268,14 @@ int cmd_eval(int argc, char** argv) {
 
   ZAYA_PARSE(app, argc, argv);
   if (cloze->parsed()) return cmd_eval_cloze(c_input, c_tokenizer, c_out, co);
-  if (ppl->parsed())
-    return cmd_eval_ppl(model_dir, input, tokenizer, context, batch, limit, dtype, sem.get());
+  if (ppl->parsed()) return cmd_eval_ppl(model_dir, input, tokenizer, context, batch, limit, dtype, sem);
   if (run->parsed()) {
     std::stringstream ss(tasks);
     for (std::string t; std::getline(ss, t, ',');)
       if (!t.empty()) ro.tasks.push_back(t);
     ro.share_context = !no_share;
     ro.semantics = run_sem.get();
+    ro.in_memory = run_sem.no_mmap;
     return zaya::app::eval_run(ro);
   }
   if (table->parsed()) return zaya::app::eval_table(files);

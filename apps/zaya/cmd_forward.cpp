@@ -9,9 +9,9 @@
 #include "io/model_inputs.h"
 #include "io/safetensors_writer.h"
 #include "kernels/loss.h"
+#include "load_flags.h"
 #include "model/zaya-backward.h"
 #include "model/zaya.h"
-#include "semantics_option.h"
 
 namespace {
 
@@ -19,13 +19,13 @@ int cmd_forward(int argc, char** argv) {
   CLI::App app{"Run one forward pass over INPUTS.json and write logits/loss/router choices/hidden states"};
   std::string model_dir, input, output, dtype = "fp32";
   bool grads = false;
-  zaya::app::SemanticsOption semantics;
+  zaya::app::LoadFlags semantics;
   app.add_option("--model", model_dir, "HF checkpoint directory (config.json + safetensors)")->required();
   app.add_option("--input", input, "INPUTS.json with input_ids [B][S], optional targets and attention_mask")
       ->required();
   app.add_option("--output", output, "output .safetensors file")->required();
   app.add_option("--dtype", dtype, "compute dtype of the GEMMs")->check(CLI::IsMember({"fp32", "bf16"}));
-  zaya::app::add_semantics_option(app, semantics);
+  zaya::app::add_load_flags(app, semantics);
   app.add_flag(
       "--grads", grads,
       "also write grad.<hf-name> (F32) for every parameter: d(mean CE loss)/d(param), needs targets");
@@ -37,7 +37,7 @@ int cmd_forward(int argc, char** argv) {
              ": --grads needs 'targets' (the token each position predicts)");
   zaya::LoadOptions lo;
   lo.compute = dtype == "bf16" ? zaya::DType::BF16 : zaya::DType::F32;
-  lo.semantics = semantics.get();
+  semantics.apply(lo);
   zaya::ZayaModel model = zaya::ZayaModel::load(model_dir, lo);
   const auto& c = model.cfg;
 

@@ -10,8 +10,8 @@
 #include "command.h"
 #include "core/error.h"
 #include "io/model_inputs.h"
+#include "load_flags.h"
 #include "model/generate.h"
-#include "semantics_option.h"
 #include "tokenizer/tokenizer.h"
 
 namespace {
@@ -22,7 +22,7 @@ int cmd_generate(int argc, char** argv) {
   zaya::GenerateOptions go;
   go.max_new_tokens = -1;
   bool greedy = false, json_out = false, ignore_eos = false, no_special = false;
-  zaya::app::SemanticsOption semantics;
+  zaya::app::LoadFlags semantics;
   app.add_option("--model", model_dir, "HF checkpoint directory")->required();
   auto* in_opt = app.add_option("--input", input, "INPUTS.json; generates for generation.prompt_ids");
   app.add_option("--prompt", prompt, "prompt text (needs a tokenizer)")->excludes(in_opt);
@@ -39,7 +39,7 @@ int cmd_generate(int argc, char** argv) {
   app.add_flag("--json", json_out, "print {\"new_tokens\": [[...]]} (and \"text\" with a tokenizer)");
   app.add_flag("--no-special", no_special, "do not add <bos> when encoding --prompt");
   app.add_option("--dtype", dtype, "GEMM compute dtype")->check(CLI::IsMember({"fp32", "bf16"}));
-  zaya::app::add_semantics_option(app, semantics);
+  zaya::app::add_load_flags(app, semantics);
   ZAYA_PARSE(app, argc, argv);
   ZAYA_CHECK(!input.empty() || !prompt.empty(), "zaya generate needs --input INPUTS.json or --prompt TEXT");
 
@@ -48,7 +48,7 @@ int cmd_generate(int argc, char** argv) {
   go.stop_at_eos = !ignore_eos;
   zaya::LoadOptions lo;
   lo.compute = dtype == "bf16" ? zaya::DType::BF16 : zaya::DType::F32;
-  lo.semantics = semantics.get();
+  semantics.apply(lo);
   auto t_load = std::chrono::steady_clock::now();
   zaya::ZayaModel model = zaya::ZayaModel::load(model_dir, lo);
   std::fprintf(stderr, "load: %.3f s (%.3f B parameters, %s GEMMs)\n",

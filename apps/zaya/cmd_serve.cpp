@@ -15,8 +15,8 @@
 #include "command.h"
 #include "core/error.h"
 #include "kernels/gemm.h"
+#include "load_flags.h"
 #include "model/zaya-config.h"
-#include "semantics_option.h"
 #include "serve/server.h"
 
 namespace {
@@ -68,7 +68,7 @@ int cmd_serve(int argc, char** argv) {
   CLI::App app{"Serve a ZAYA1 checkpoint over an OpenAI-compatible HTTP API (continuous batching)"};
   std::string model_dir, tokenizer_path, dtype = "bf16", template_path, api_key_file;
   zaya::serve::ServerOptions so;
-  zaya::app::SemanticsOption semantics;
+  zaya::app::LoadFlags semantics;
   bool no_cache_prompt = false, no_batch_invariant = false, no_webui = false;
   app.add_option("--model", model_dir, "HF checkpoint directory")->required();
   app.add_option("--tokenizer", tokenizer_path, "tokenizer.json (default: MODEL/tokenizer.json)");
@@ -108,7 +108,7 @@ int cmd_serve(int argc, char** argv) {
   app.add_option("--dtype", dtype, "GEMM compute dtype")
       ->check(CLI::IsMember({"fp32", "bf16"}))
       ->capture_default_str();
-  zaya::app::add_semantics_option(app, semantics);
+  zaya::app::add_load_flags(app, semantics);
   ZAYA_PARSE(app, argc, argv);
   so.engine.cache_prompt = !no_cache_prompt;
   so.webui = !no_webui;
@@ -146,7 +146,7 @@ int cmd_serve(int argc, char** argv) {
 
   zaya::LoadOptions lo;
   lo.compute = dtype == "bf16" ? zaya::DType::BF16 : zaya::DType::F32;
-  lo.semantics = semantics.get();
+  semantics.apply(lo);
   auto t0 = std::chrono::steady_clock::now();
   zaya::ZayaModel model = zaya::ZayaModel::load(model_dir, lo);
   if (tokenizer_path.empty()) tokenizer_path = model_dir + "/tokenizer.json";

@@ -216,6 +216,7 @@ int eval_run(const EvalRunOptions& o) {
   LoadOptions lo;
   lo.compute = o.dtype == "bf16" ? DType::BF16 : DType::F32;
   lo.semantics = o.semantics;
+  lo.in_memory = o.in_memory;
   const ZayaModel model = ZayaModel::load(o.model_dir, lo);
   const std::string tpath = o.tokenizer.empty() ? o.model_dir + "/tokenizer.json" : o.tokenizer;
   const Tokenizer tok = Tokenizer::load(tpath);

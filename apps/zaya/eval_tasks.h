@@ -27,6 +27,7 @@ struct EvalRunOptions {
   std::string log_samples;           // per-request JSONL (lm-eval's --log_samples); "" = none
   std::string dtype = "fp32";        // GEMM compute dtype of the float matrices
   Semantics semantics = Semantics::Auto;
+  bool in_memory = false;  // --no-mmap
 };
 
 int eval_run(const EvalRunOptions& o);

@@ -40,14 +40,17 @@ float read_all(const float* p, size_t n) {
 
 }  // namespace
 
-double measure_read_bandwidth_gbs(size_t bytes, int repeats) {
-  const size_t n = bytes / sizeof(float) / 1024 * 1024;  // whole 4 KB chunks: every thread's part aligned
-  std::shared_ptr<void> buf = aligned_alloc_shared(n * sizeof(float));  // zero-filled: every page touched
-  const float* p = static_cast<const float*>(buf.get());
+ReadBandwidthProbe::ReadBandwidthProbe(size_t bytes)
+    : bytes_(bytes / sizeof(float) / 1024 * 1024 * sizeof(float)),  // whole 4 KB chunks: parts aligned
+      buf_(huge_alloc_shared(bytes_)) {}  // zero-filled: every page touched, none the shared zero page
+
+double ReadBandwidthProbe::measure(int passes) const {
+  const size_t n = bytes_ / sizeof(float);
+  const float* p = static_cast<const float*>(buf_.get());
   const int threads = num_threads();
   double best = 0;
   volatile float sink = 0;
-  for (int r = 0; r <= repeats; r++) {
+  for (int r = 0; r <= passes; r++) {  // r == 0 warms up
     float total = 0;
     const auto t0 = std::chrono::steady_clock::now();
 #pragma omp parallel num_threads(threads) reduction(+ : total)
@@ -62,10 +65,14 @@ double measure_read_bandwidth_gbs(size_t bytes, int repeats) {
     }
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     sink = sink + total;
-    if (r > 0) best = std::max(best, double(n * sizeof(float)) / s / 1e9);
+    if (r > 0) best = std::max(best, double(bytes_) / s / 1e9);
   }
   (void)sink;
   return best;
+}
+
+double measure_read_bandwidth_gbs(size_t bytes, int passes) {
+  return ReadBandwidthProbe(bytes).measure(passes);
 }
 
 }  // namespace zaya

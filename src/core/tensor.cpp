@@ -1,5 +1,10 @@
 #include "core/tensor.h"
 
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
@@ -18,6 +23,28 @@ std::string shape_str(const Shape& s) {
   std::string r = "[";
   for (size_t i = 0; i < s.size(); i++) r += (i ? ", " : "") + std::to_string(s[i]);
   return r + "]";
+}
+
+std::shared_ptr<void> huge_alloc_shared(size_t nbytes, bool commit) {
+  const size_t rounded = (std::max<size_t>(nbytes, 1) + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+  // Over-map by one huge page and keep the 2 MiB-aligned part: the kernel backs only aligned 2 MiB ranges
+  // with huge pages.
+  const size_t mapped = rounded + kHugePageBytes;
+  void* m = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ZAYA_CHECK(m != MAP_FAILED, "out of memory allocating ", nbytes, " bytes: ", std::strerror(errno));
+  const uintptr_t base = reinterpret_cast<uintptr_t>(m);
+  const uintptr_t aligned = (base + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+  if (aligned > base) ::munmap(m, aligned - base);
+  const uintptr_t end = base + mapped, used_end = aligned + rounded;
+  if (end > used_end) ::munmap(reinterpret_cast<void*>(used_end), end - used_end);
+  void* p = reinterpret_cast<void*>(aligned);
+  // A hint: where transparent huge pages are off (or `never`), the range keeps 4 KiB pages and works the
+  // same.
+  (void)::madvise(p, rounded, MADV_HUGEPAGE);
+  // Anonymous pages read as zero already; writing them commits the memory now, as the heap path's memset
+  // does, so that no first-touch fault lands in a timed loop (and reads never see the shared zero page).
+  if (commit) std::memset(p, 0, rounded);
+  return std::shared_ptr<void>(p, [rounded](void* q) { ::munmap(q, rounded); });
 }
 
 std::shared_ptr<void> aligned_alloc_shared(size_t nbytes) {

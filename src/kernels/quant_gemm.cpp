@@ -907,9 +907,8 @@ void pack_for_decode(Tensor& W, bool release_source) {
   p->block_bytes = W.dtype == DType::Q8_0 ? kQ8PackBlock : kFp4PackBlock;
   const size_t group_bytes = size_t(p->nb) * p->block_bytes;
   const size_t bytes = size_t(E) * size_t(N / 16) * group_bytes;
-  void* mem = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
-  ZAYA_CHECK(mem != nullptr, "pack_for_decode: out of memory for ", bytes, " bytes");
-  p->mem = std::shared_ptr<void>(mem, [](void* q) { std::free(q); });
+  p->mem = huge_alloc_shared(bytes);  // decode streams the pack: 2 MiB pages (core/tensor.h)
+  void* mem = p->mem.get();
   p->data = static_cast<const uint8_t*>(mem);
   const int64_t groups = E * (N / 16);
 #pragma omp parallel for schedule(static) num_threads(threads_here()) if (groups > 16)

@@ -1,5 +1,10 @@
 #include "model/zaya-weights.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <regex>
 #include <set>
@@ -188,7 +193,7 @@ bool same_values(const Tensor& a, const Tensor& b) {
 
 }  // namespace
 
-ZayaWeights load_weights(const std::string& dir, const ZayaConfig& cfg, DType compute) {
+ZayaWeights load_weights(const std::string& dir, const ZayaConfig& cfg, DType compute, bool in_memory) {
   CheckpointFiles files = CheckpointFiles::open(dir);
   ZayaWeights w;
   w.compute = compute;
@@ -227,11 +232,13 @@ ZayaWeights load_weights(const std::string& dir, const ZayaConfig& cfg, DType co
              ": a quantized checkpoint must use the native tensor layout (spec §8.3)");
   std::vector<std::string> missing, misshaped;
   std::set<std::string> used;
+  std::set<const void*> mapped;  // data of the matrices used in place from the checkpoint's mapping
   int64_t quantized = 0;
   for (NamedParam& p : params) {
     QuantParts parts;
     if (quant.format != DType::F32 && p.is_matrix && find_quant_parts(files, p.name, quant.format, &parts)) {
       *p.slot = load_quantized(files, parts, quant.format, p.shape);
+      mapped.insert(p.slot->data);
       used.insert(parts.data);
       used.insert(parts.scales);
       quantized++;
@@ -279,6 +286,7 @@ ZayaWeights load_weights(const std::string& dir, const ZayaConfig& cfg, DType co
                quant.format == DType::F32 ? " and config.json has no quantization_config" : "",
                "; expected F32, BF16 or F16");
     *p.slot = as_dtype(t, want);
+    if (p.is_matrix && p.slot->data == t.data) mapped.insert(t.data);
   }
   for (const auto& [native, s] : by_native) {
     if (used.count(native)) continue;
@@ -320,7 +328,36 @@ ZayaWeights load_weights(const std::string& dir, const ZayaConfig& cfg, DType co
              " weights but no tensor has a weight_scale");
   fuse_qkv(cfg, w);
   pack_decode_weights(w, /*release_source=*/true);
+  if (in_memory) {
+    // The matrices still read from the mapping (float ones used in place, FP8 ones: packed ones read their
+    // pack) move to huge-page buffers of their own; q/k/v already moved into the fused matrix.
+    for (NamedParam& p : params)
+      if (p.is_matrix && !p.slot->decode_pack && mapped.count(p.slot->data))
+        move_mapped_to_huge_pages(*p.slot);
+    if (cfg.tie_word_embeddings) w.lm_head = w.embed;
+  }
   return w;
+}
+
+void move_mapped_to_huge_pages(Tensor& t) {
+  const size_t n = t.nbytes();
+  std::shared_ptr<void> buf = huge_alloc_shared(n, /*commit=*/false);
+  // Copied in 64 MiB pieces, each piece's mapped pages handed back once copied (whole pages only; a
+  // neighbour sharing a page edge keeps it), so the resident memory grows by one piece at most, not by the
+  // tensor (the tied embedding of ZAYA1-8B is 1.07 GB). On a read-only file mapping MADV_DONTNEED only
+  // unmaps: the page cache keeps the file for the next load.
+  const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+  const size_t piece = size_t(64) << 20;
+  const auto* src = static_cast<const uint8_t*>(t.data);
+  for (size_t off = 0; off < n; off += piece) {
+    const size_t len = std::min(piece, n - off);
+    std::memcpy(static_cast<uint8_t*>(buf.get()) + off, src + off, len);
+    const uintptr_t begin = (uintptr_t(src) + off + page - 1) / page * page;
+    const uintptr_t end = (uintptr_t(src) + off + len) / page * page;
+    if (end > begin) (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+  }
+  t.data = buf.get();
+  t.owner = std::move(buf);
 }
 
 void pack_decode_weights(ZayaWeights& w, bool release_source) {
@@ -342,6 +379,10 @@ void fuse_qkv(const ZayaConfig& c, ZayaWeights& w) {
       if (t->dtype != fmt) fmt = w.compute;
     if (!is_quantized(fmt)) fmt = w.compute;
     Tensor fused = Tensor::empty(fmt, {N, H});
+    if (fused.nbytes() >= kHugePageBytes) {  // decode streams it every token: on huge pages
+      std::shared_ptr<void> buf = huge_alloc_shared(fused.nbytes());
+      fused = Tensor::view(fmt, {N, H}, buf.get(), buf);
+    }
     Tensor fused_scales;
     if (is_quantized(fmt))
       fused_scales = Tensor::empty(quant_scales_dtype(fmt), quant_scales_shape(fmt, {N, H}));

@@ -72,7 +72,15 @@ bool legacy_to_native_name(const std::string& legacy, int64_t num_layers, std::s
 // Loads weights from an HF checkpoint directory (config.json + safetensors, single or sharded; native or
 // legacy names). `compute` is the GEMM dtype. Missing, unexpected and mis-shaped tensors are reported
 // together in one error naming the directory.
-ZayaWeights load_weights(const std::string& dir, const ZayaConfig& cfg, DType compute);
+// in_memory (`--no-mmap`): the matrices that would be read in place from the memory-mapped checkpoint are
+// copied into huge-page buffers (core/tensor.h: huge_alloc_shared) and the mapping's pages under them handed
+// back: a longer load (the copy), a faster decode (no 4 KiB-page TLB misses while streaming them).
+ZayaWeights load_weights(const std::string& dir, const ZayaConfig& cfg, DType compute,
+                         bool in_memory = false);
+
+// t, a view of a read-only file mapping, copied into a huge-page buffer of its own (t re-pointed at it,
+// shape, dtype and scales kept); this process's pages of the mapped range are handed back (MADV_DONTNEED).
+void move_mapped_to_huge_pages(Tensor& t);
 
 // Gathers q_proj, k_proj, v_proj_current, v_proj_delayed (and biases) of every layer into the fused qkv
 // matrix and re-points the four named tensors at views of it. Called by every way of making weights.

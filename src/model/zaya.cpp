@@ -31,7 +31,7 @@ ZayaModel ZayaModel::load(const std::string& dir, const LoadOptions& opt) {
   m.cfg = load_config(config_dir + "/config.json");
   apply_semantics(m.cfg, opt.semantics, config_dir + "/config.json");
   ZAYA_CHECK(opt.compute == DType::F32 || opt.compute == DType::BF16, "compute dtype must be fp32 or bf16");
-  m.w = load_weights(weights, m.cfg, opt.compute);
+  m.w = load_weights(weights, m.cfg, opt.compute, opt.in_memory);
   return m;
 }
 

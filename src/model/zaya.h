@@ -16,6 +16,7 @@ namespace zaya {
 struct LoadOptions {
   DType compute = DType::F32;             // GEMM dtype: F32 or BF16
   Semantics semantics = Semantics::Auto;  // Auto: the checkpoint's own (legacy layouts: legacy), spec §8.4
+  bool in_memory = false;                 // --no-mmap: matrices copied out of the mapping (load_weights)
 };
 
 struct ZayaModel {

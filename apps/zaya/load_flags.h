@@ -1,21 +1,30 @@
-// The `--semantics auto|native|legacy` option shared by every command that loads a model (spec §8.4).
+// The flags shared by every command that loads a model: `--semantics auto|native|legacy` (spec §8.4) and
+// `--no-mmap` (model/zaya-weights.h: load_weights' in_memory).
 #pragma once
 
 #include <CLI/CLI.hpp>
 #include <string>
 
 #include "model/zaya-config.h"
+#include "model/zaya.h"
 
 namespace zaya::app {
 
-struct SemanticsOption {
+struct LoadFlags {
   std::string name = "auto";
   bool legacy_flag = false;  // --legacy-semantics: the older spelling of --semantics legacy
 
+  bool no_mmap = false;
+
   Semantics get() const { return legacy_flag ? Semantics::Legacy : parse_semantics(name, "--semantics"); }
+  void apply(LoadOptions& lo) const {
+    lo.semantics = get();
+    lo.in_memory = no_mmap;
+  }
 };
 
-inline void add_semantics_option(CLI::App& app, SemanticsOption& s) {
+// with_no_mmap: false where the model is loaded for training (its parameters are copies anyway).
+inline void add_load_flags(CLI::App& app, LoadFlags& s, bool with_no_mmap = true) {
   app.add_option(
          "--semantics", s.name,
          "whose numbers to reproduce: auto = the checkpoint's own (legacy layouts: Zyphra's legacy code, "
@@ -24,6 +33,10 @@ inline void add_semantics_option(CLI::App& app, SemanticsOption& s) {
       ->capture_default_str();
   app.add_flag("--legacy-semantics", s.legacy_flag, "same as --semantics legacy")
       ->excludes(app.get_option("--semantics"));
+  if (!with_no_mmap) return;
+  app.add_flag("--no-mmap", s.no_mmap,
+               "copy the weights out of the memory-mapped checkpoint into huge pages: a longer load and more "
+               "resident memory at once, a faster decode (no 4 KiB-page TLB misses while streaming weights)");
 }
 
 }  // namespace zaya::app
