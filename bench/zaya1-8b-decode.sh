@@ -5,9 +5,13 @@
 # (first the CPU it ran on).
 # Needs ~60 GB of disk and ~18 GB of memory; about 30 minutes on 2 cores.
 #
+# Weights are loaded with --no-mmap (copied into huge pages: a longer load, a faster decode); set
+# ZAYA_LOAD_FLAGS= (empty) to decode from the memory-mapped files instead.
+#
 #   bench/zaya1-8b-decode.sh build /path/to/scratch
 set -euo pipefail
 build=${1:-build} out=${2:-runs/zaya1-8b}
+flags=${ZAYA_LOAD_FLAGS---no-mmap}
 Z=$(realpath "$build")/zaya
 cfg=$(realpath configs/zaya1-8b.json)
 mkdir -p "$out" && cd "$out"
@@ -19,12 +23,12 @@ done
 : > results.jsonl
 for d in bf16 fp8_experts q8_0_experts mxfp4_experts q8_0_all; do
   cat $d/*.safetensors > /dev/null  # into the page cache: a step must not wait for the disk
-  $Z bench decode --model $d --batch 1 --context 512 --tokens 8 --repeats 2 >> results.jsonl
-  $Z bench decode --model $d --batch 4,16 --context 16 --tokens 4 --repeats 2 >> results.jsonl
+  $Z bench decode --model $d $flags --batch 1 --context 512 --tokens 8 --repeats 3 >> results.jsonl
+  $Z bench decode --model $d $flags --batch 4,16 --context 16 --tokens 4 --repeats 3 >> results.jsonl
   # BF16 / FP8 products with 4+ rows take the bf16 dot kernel where vdpbf16ps is fast (Zen 4 / 5): the same
   # steps on the fp32 streaming kernel, for comparison.
   if [ "$d" = bf16 ] || [ "$d" = fp8_experts ]; then
-    ZAYA_BF16_DOT=0 $Z bench decode --model $d --batch 4,16 --context 16 --tokens 4 --repeats 2 |
+    ZAYA_BF16_DOT=0 $Z bench decode --model $d $flags --batch 4,16 --context 16 --tokens 4 --repeats 2 |
       sed 's/^{/{"kernel": "fp32 streaming", /' >> results.jsonl
   fi
 done
