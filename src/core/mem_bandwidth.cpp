@@ -71,8 +71,4 @@ double ReadBandwidthProbe::measure(int passes) const {
   return best;
 }
 
-double measure_read_bandwidth_gbs(size_t bytes, int passes) {
-  return ReadBandwidthProbe(bytes).measure(passes);
-}
-
 }  // namespace zaya

@@ -26,7 +26,4 @@ class ReadBandwidthProbe {
   std::shared_ptr<void> buf_;
 };
 
-// One measurement with a probe made for it (allocated, measured, freed).
-double measure_read_bandwidth_gbs(size_t bytes = size_t(1) << 30, int passes = 5);
-
 }  // namespace zaya
