@@ -4,9 +4,11 @@
 #include <unistd.h>
 
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "io/safetensors.h"
 #include "test_util.h"
@@ -315,4 +317,36 @@ TEST(Cli, BenchServeWritesOneLinePerConcurrencyAndTheBars) {
   EXPECT_TRUE(bars["batch_invariance_cost"].contains("c1_paired"));
   EXPECT_FALSE(bars.contains("c8_over_c1_output_tokens_per_s"));  // no concurrency 8 in this run
   std::filesystem::remove(out + ".jsonl");
+}
+
+// `zaya bench decode` as the README runs it, on a quantized checkpoint loaded with --no-mmap: one JSON line
+// per batch size, the bytes a step reads, and the read bandwidth measured beside the repetitions (finite,
+// positive) with the fraction being the achieved GB/s over it.
+TEST(Cli, BenchDecodeWritesOneLinePerBatch) {
+  const std::string q = zaya::test::data_dir() + "/quant/fp8_experts";
+  Proc r = run("bench decode --model " + q + " --no-mmap --batch 1,2 --context 4 --tokens 2 --repeats 2");
+  ASSERT_EQ(r.status, 0) << r.out;
+  std::vector<nlohmann::json> lines;
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty() && line[0] == '{') lines.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(lines.size(), 2u) << r.out;
+  for (size_t i = 0; i < lines.size(); i++) {
+    const auto& j = lines[i];
+    SCOPED_TRACE(j.dump());
+    EXPECT_EQ(j["bench"], "decode");
+    EXPECT_EQ(j["batch"], int(i) + 1);
+    EXPECT_EQ(j["weights"], "fp8");
+    for (const char* k :
+         {"decode_tokens_per_s", "weight_bytes_per_step", "achieved_gbs", "read_bandwidth_gbs",
+          "read_bandwidth_before_load_gbs", "bandwidth_fraction", "peak_rss_mb"}) {
+      ASSERT_TRUE(j.contains(k)) << k;
+      const double v = j[k].get<double>();
+      EXPECT_TRUE(std::isfinite(v) && v > 0) << k << " = " << v;
+    }
+    // Each repetition's fraction is its own achieved GB/s over the reading beside it; the median of those
+    // lies within the spread of the ratio of medians (2 repetitions: at most their mean's distance).
+    const double ratio = j["achieved_gbs"].get<double>() / j["read_bandwidth_gbs"].get<double>();
+    EXPECT_NEAR(j["bandwidth_fraction"].get<double>(), ratio, 0.5 * ratio);
+  }
 }
