@@ -551,6 +551,12 @@ TEST(HugeAlloc, AlignedZeroAndWritable) {
   }
 }
 
+// A size that would wrap the rounding to whole huge pages is an error, not a small buffer.
+TEST(HugeAlloc, ImpossibleSizeIsAClearError) {
+  EXPECT_THROW(huge_alloc_shared(SIZE_MAX), Error);
+  EXPECT_THROW(huge_alloc_shared(SIZE_MAX - kHugePageBytes), Error);
+}
+
 // The read-bandwidth probe measures a finite positive rate again and again from one buffer (its value is a
 // property of the machine; `zaya bench decode` reports it).
 TEST(ReadBandwidth, ProbeMeasuresRepeatedly) {

@@ -26,6 +26,7 @@ std::string shape_str(const Shape& s) {
 }
 
 std::shared_ptr<void> huge_alloc_shared(size_t nbytes, bool commit) {
+  ZAYA_CHECK(nbytes <= SIZE_MAX - 2 * kHugePageBytes, "cannot allocate ", nbytes, " bytes: too large");
   const size_t rounded = (std::max<size_t>(nbytes, 1) + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
   // Over-map by one huge page and keep the 2 MiB-aligned part: the kernel backs only aligned 2 MiB ranges
   // with huge pages.
