@@ -2,7 +2,8 @@
 // tokens, hidden 1024, 16 experts, vocab 32768), per backend and dtype, plus the grouped expert GEMMs and the
 // machine's measured peak.
 //
-// Layouts: "fwd" y = x·Wᵀ (NT), "dx" dX = dY·W (NN), "dw" dW = dYᵀ·X (TN).
+// Layouts: "fwd" y = x·Wᵀ (NT), "dx" dX = dY·W (NN), "dw" dW += dYᵀ·X (TN; beta = 1, as the backward
+// accumulates weight gradients, so C is read and written once per call).
 // Dtypes: "f32"; "bf16" both operands stored bf16; "mixed" fp32 activations x bf16 weights (the inference
 // path: the activations are rounded into a scratch buffer inside gemm()).
 //
@@ -60,10 +61,10 @@ void bench_gemm(benchmark::State& state, Product p, GemmBackend backend, const s
   const bool trans_a = p.layout == Layout::Dw, trans_b = p.layout == Layout::Fwd;
   Tensor a = random_tensor(a_type, trans_a ? Shape{p.K, p.M} : Shape{p.M, p.K}, 1);
   Tensor b = random_tensor(b_type, trans_b ? Shape{p.N, p.K} : Shape{p.K, p.N}, 2);
-  Tensor c = Tensor::empty(DType::F32, {p.M, p.N});
+  Tensor c = Tensor::empty(DType::F32, {p.M, p.N});  // zero-filled
   const MatRef A = mat(a, trans_a ? p.M : p.K, trans_a), B = mat(b, trans_b ? p.K : p.N, trans_b);
   for (auto _ : state) {
-    gemm_with(backend, p.M, p.N, p.K, 1.0f, A, B, 0.0f, c.f32(), p.N);
+    gemm_with(backend, p.M, p.N, p.K, 1.0f, A, B, p.layout == Layout::Dw ? 1.0f : 0.0f, c.f32(), p.N);
     benchmark::DoNotOptimize(c.data);
     benchmark::ClobberMemory();
   }
@@ -138,6 +139,12 @@ int register_all() {
       {"expert_gate_up", Layout::Dw, 2 * I, H, rows_per_expert},
       {"lm_head", Layout::Dx, T, H, kVocab},
       {"lm_head", Layout::Dw, kVocab, H, T},
+      {"expert_down", Layout::Dx, rows_per_expert, I, H},
+      {"expert_down", Layout::Dw, H, I, rows_per_expert},
+      // The LM head + cross-entropy backward works in chunks of 512 rows (model/zaya-backward.cpp).
+      {"lm_head_chunk", Layout::Fwd, 512, kVocab, H},
+      {"lm_head_chunk", Layout::Dx, 512, H, kVocab},
+      {"lm_head_chunk", Layout::Dw, kVocab, H, 512},
       // Decode (one or a few tokens) and per-head attention-sized products: here call overhead matters.
       {"decode_qk_proj", Layout::Fwd, 1, 1280, H},
       {"decode_lm_head", Layout::Fwd, 1, kVocab, H},
@@ -164,16 +171,24 @@ int register_all() {
     const char* types;
   };
   const std::vector<Variant> variants = {
-      {GemmBackend::OneDnn, "f32"},          {GemmBackend::OneDnnRuntimeM, "f32"},
-      {GemmBackend::OpenBlas, "f32"},        {GemmBackend::OneDnn, "bf16"},
-      {GemmBackend::OneDnnRuntimeM, "bf16"}, {GemmBackend::Auto, "f32"},
-      {GemmBackend::Auto, "bf16"},           {GemmBackend::Auto, "mixed"},
-      {GemmBackend::Reference, "f32"},       {GemmBackend::Small, "f32"},
-      {GemmBackend::RowInvariant, "f32"},    {GemmBackend::RowInvariant, "mixed"},
+      {GemmBackend::OneDnn, "f32"},
+      {GemmBackend::OneDnnRuntimeM, "f32"},
+      {GemmBackend::OpenBlas, "f32"},
+      {GemmBackend::OneDnn, "bf16"},
+      {GemmBackend::OneDnnRuntimeM, "bf16"},
+      {GemmBackend::OneDnnRuntimeMK, "bf16"},
+      {GemmBackend::Auto, "f32"},
+      {GemmBackend::Auto, "bf16"},
+      {GemmBackend::Auto, "mixed"},
+      {GemmBackend::Reference, "f32"},
+      {GemmBackend::Small, "f32"},
+      {GemmBackend::RowInvariant, "f32"},
+      {GemmBackend::RowInvariant, "mixed"},
   };
   for (const Product& p : products) {
     for (const Variant& v : variants) {
       if (v.types == std::string("mixed") && p.layout != Layout::Fwd) continue;
+      if (v.backend == GemmBackend::OneDnnRuntimeMK && p.layout != Layout::Dw) continue;  // weight gradients
       if (v.backend == GemmBackend::Reference && double(p.M) * p.N * p.K > 1e6)
         continue;                                                                    // too slow to matter
       if (v.backend == GemmBackend::Small && 2.0 * p.M * p.N * p.K > 2e7) continue;  // tiny products only

@@ -132,6 +132,30 @@ BENCHMARK_CAPTURE(BM_Weights, fp8_dot, DType::F8_E4M3, false, false, QuantPath::
     ->Arg(16)
     ->UseRealTime();
 
+// The ZAYA1-8B LM head as decode reads it: [262272, 2048] bf16 (1.07 GB, far beyond any cache), on huge
+// pages as `--no-mmap` loads it, through the streaming path decode takes (M rows).
+void BM_Head(benchmark::State& state) {
+  const int64_t M = state.range(0), N = 262272, K = 2048;
+  static Tensor W;
+  if (!W.data) {
+    const size_t nbytes = size_t(N * K) * 2;
+    std::shared_ptr<void> mem = huge_alloc_shared(nbytes);
+    W = Tensor::view(DType::BF16, {N, K}, mem.get(), mem);
+    std::mt19937 rng(1);
+    auto* p = W.bf16();
+    for (int64_t i = 0; i < N * K; i++)
+      p[i] = uint16_t(0x3c00 + (rng() & 0x3ff));  // small values, bytes differ
+  }
+  std::vector<float> in(size_t(M * K), 0.5f), out(size_t(M * N));
+  for (auto _ : state) {
+    quant_linear_forward(out.data(), N, in.data(), M, W);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.counters["GB/s"] =
+      benchmark::Counter(double(W.nbytes()), benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_Head)->Arg(1)->Arg(4)->Arg(16)->UseRealTime()->Unit(benchmark::kMillisecond);
+
 }  // namespace
 }  // namespace zaya
 

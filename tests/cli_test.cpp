@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
@@ -344,9 +345,14 @@ TEST(Cli, BenchDecodeWritesOneLinePerBatch) {
       const double v = j[k].get<double>();
       EXPECT_TRUE(std::isfinite(v) && v > 0) << k << " = " << v;
     }
-    // Each repetition's fraction is its own achieved GB/s over the reading beside it; the median of those
-    // lies within the spread of the ratio of medians (2 repetitions: at most their mean's distance).
-    const double ratio = j["achieved_gbs"].get<double>() / j["read_bandwidth_gbs"].get<double>();
-    EXPECT_NEAR(j["bandwidth_fraction"].get<double>(), ratio, 0.5 * ratio);
+    // Each repetition's fraction is its own achieved GB/s over the reading beside it; the reported one is
+    // their median (bench decode's: the upper one of an even count). (Comparing it with the ratio of the
+    // medians is no test: on a machine whose bandwidth readings jump between runs the two differ freely.)
+    ASSERT_TRUE(j.contains("bandwidth_fractions"));
+    std::vector<double> f = j["bandwidth_fractions"].get<std::vector<double>>();
+    ASSERT_EQ(f.size(), 2u);
+    for (double x : f) EXPECT_TRUE(std::isfinite(x) && x > 0) << x;
+    std::sort(f.begin(), f.end());
+    EXPECT_EQ(j["bandwidth_fraction"].get<double>(), f[1]);
   }
 }

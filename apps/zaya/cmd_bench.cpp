@@ -20,6 +20,7 @@
 #include "command.h"
 #include "core/cpu_info.h"
 #include "core/error.h"
+#include "core/profile.h"
 #include "kernels/gemm.h"
 #include "load_flags.h"
 #include "model/zaya-backward.h"
@@ -88,6 +89,7 @@ int bench_forward(const std::string& model_dir, const std::string& config, int64
   zaya::ForwardOptions opt;
   std::vector<double> times;
   for (int r = 0; r <= repeats; r++) {  // r == 0 is the warm-up
+    zaya::profile_pause(r == 0);        // ZAYA_PROFILE reports the timed runs only
     zaya::ZayaCache cache(c, B);
     auto t0 = std::chrono::steady_clock::now();
     zaya::zaya_forward(model, cache, ids.data(), nullptr, B, S, opt, res, sc);
@@ -147,6 +149,7 @@ int bench_train(const std::string& model_dir, const std::string& config, int64_t
   double stage_s[6] = {0, 0, 0, 0, 0, 0};
   size_t act_bytes = 0, block_bytes = 0;
   for (int r = 0; r <= steps; r++) {  // r == 0 is the warm-up
+    zaya::profile_pause(r == 0);      // ZAYA_PROFILE reports the timed steps only
     auto t0 = std::chrono::steady_clock::now();
     auto lap = t0;
     auto stage_done = [&](int k) {

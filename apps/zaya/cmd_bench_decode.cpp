@@ -272,6 +272,7 @@ int bench_decode(const BenchDecodeOptions& o) {
     j["read_bandwidth_gbs"] = median(bandwidth_gbs);
     j["read_bandwidth_before_load_gbs"] = read_gbs;
     j["bandwidth_fraction"] = median(fraction);
+    j["bandwidth_fractions"] = fraction;  // each timed repetition's, in order
     j["peak_rss_mb"] = peak_rss_mb() - double(probe.bytes()) / double(1 << 20);  // less the probe's buffer
     j["load_s"] = load_s;
     if (modes.size() == 2) {
