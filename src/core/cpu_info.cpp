@@ -55,6 +55,17 @@ bool cpu_fast_bf16_dot() {
   return fast;
 }
 
+bool cpu_full_width_avx512() {
+  static const bool full = [] {
+    if (const char* env = std::getenv("ZAYA_FULL_WIDTH_AVX512"); env && *env) return std::atoi(env) != 0;
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx512f")) return false;
+    const CpuInfo c = cpu_info();
+    return c.vendor == "AuthenticAMD" && c.family >= 26;
+  }();
+  return full;
+}
+
 double peak_rss_mb() {
   std::FILE* f = std::fopen("/proc/self/status", "r");
   if (!f) return 0;

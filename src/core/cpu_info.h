@@ -28,6 +28,13 @@ std::string cpu_summary();
 // both); read once.
 bool cpu_fast_bf16_dot();
 
+// Whether the CPU executes 512-bit vector instructions on full-width units (AMD Zen 5, family >= 26; Zen 4
+// splits them into two 256-bit halves). gemm() picks its oneDNN backend for bf16 products by it: on Zen 5
+// oneDNN's gemm:jit kernel (runtime-M primitives) outruns brgemm's fixed-shape kernels at every model product
+// of 128+ rows and 128+ columns, on Zen 4 not (kernels/gemm.cpp). ZAYA_FULL_WIDTH_AVX512=1 / 0 overrides;
+// read once.
+bool cpu_full_width_avx512();
+
 // Peak resident set size of this process in MB (/proc/self/status VmHWM); 0 when unknown.
 double peak_rss_mb();
 

@@ -22,6 +22,24 @@
 //   rows          16x2048x1024       x·Wᵀ        149        20        64        247        178
 //   tiny          16x16x16           x·Wᵀ          4 (2.2 us a call)   35 (0.3 us)
 //
+// Zen 5 (family 26, full-width 512-bit units; measure_gemm_peak_gflops bf16 ~820), bf16, same bench,
+// interleaved repetitions, medians (dW products accumulate, beta = 1):
+//
+//   product (M x N x K)              layout   bf16 fixed  bf16 rt-M  bf16 rt-MK
+//   expert       128x2048x1024       x·Wᵀ        658        754
+//   expert down  128x1024x1024       x·Wᵀ        646        733
+//   expert dX    128x1024x2048       dY·W        721        787
+//   expert dW   2048x1024x128        dYᵀ·X       641        682        681
+//   down dW     1024x1024x128        dYᵀ·X       657        619        628
+//   lm_head      512x32768x1024      x·Wᵀ        699        767        (the backward's 512-row chunks)
+//   lm_head dX   512x1024x32768      dY·W        685        753
+//   lm_head dW 32768x1024x512        dYᵀ·X       640        747        747
+//   router      2048x256x1024        x·Wᵀ        726        803
+//   v_proj      2048x64x1024         x·Wᵀ        702        666
+//
+// So on Zen 5 bf16 products of 128+ rows and columns take rt-M (cpu_full_width_avx512); Zen 4 keeps the
+// rules below.
+//
 // So oneDNN throughout, zaya's own small kernel (gemm_small.h) for tiny fp32 products (lowest call overhead;
 // it replaced OpenBLAS there, whose kernel follows OPENBLAS_CORETYPE: bench/openblas_coretype.sh), and per
 // shape class: rt-M when all of M, N, K are >= 1024 (up to 2x for the lm_head weight gradient) and for
@@ -71,6 +89,7 @@
 #include <random>
 #include <unordered_map>
 
+#include "core/cpu_info.h"
 #include "core/error.h"
 #include "core/quant.h"
 #include "core/threads.h"
@@ -403,6 +422,8 @@ GemmBackend choose_fast_backend(int64_t M, int64_t N, int64_t K, bool bf16) {
   if (!bf16 && M < 8) return GemmBackend::OneDnnRuntimeM;
   if (!bf16 && M < 16 && N <= 4096) return GemmBackend::OneDnnRuntimeM;
   if (M >= 1024 && N >= 1024 && K >= 1024) return GemmBackend::OneDnnRuntimeM;
+  // Zen 5 (full-width AVX-512): rt-M for bf16 from 128 rows and columns (table above, Zen 5 columns).
+  if (bf16 && M >= 128 && N >= 128 && cpu_full_width_avx512()) return GemmBackend::OneDnnRuntimeM;
   return GemmBackend::OneDnn;
 }
 
