@@ -138,34 +138,66 @@ void moe_experts_backward(float* du, float* dweight, float* dgate_up, float* ddo
     dweight[t] = float(dot);
     for (int64_t i = 0; i < H; i++) du[t * H + i] += p_skip[t] * g[i];
   }
-  std::vector<float> x(std::max<int64_t>(n, 1) * H), dy(std::max<int64_t>(n, 1) * H),
-      dact(std::max<int64_t>(n, 1) * I), dgu(std::max<int64_t>(n, 1) * 2 * I),
-      dx(std::max<int64_t>(n, 1) * H);
-  // Routed rows gathered in expert order (perm is a permutation: each r writes its own token's dweight).
-#pragma omp parallel for schedule(static) if (n * H > 65536)
-  for (int64_t r = 0; r < n; r++) {
-    const int64_t t = plan.perm[r];
-    const float* g = dout + t * H;
-    const float* yr = y + r * H;
-    double dot = 0;
-    for (int64_t i = 0; i < H; i++) {
-      dot += double(g[i]) * yr[i];
-      dy[r * H + i] = weight[t] * g[i];
-      x[r * H + i] = u[t * H + i];
-    }
-    dweight[t] = float(dot);
-  }
   // Expert token counts change every step, so no product may build a primitive per count: the input-gradient
   // products take oneDNN's runtime-M primitive (one per weight shape), the weight-gradient products (K = the
   // expert's token count) the runtime-M/K one with bf16 weights, OpenBLAS in fp32 (its fastest fp32 path).
   // With bf16 weights the products take bf16 inputs with fp32 accumulation, as the forward's do; each
-  // activation is rounded once here rather than once per product.
+  // activation is rounded once (row by row, as it is made) rather than once per product.
   const bool bf16 = down.dtype == DType::BF16;
-  std::vector<uint16_t> dy16, act16, dgu16, x16;
-  auto rows_bf16 = [&](std::vector<uint16_t>& out, const float* src, int64_t cols) {
-    out.resize(std::max<int64_t>(n, 1) * cols);
-    convert_f32_to_bf16(out.data(), src, n * cols);
+  // The buffers live on between calls (one set per calling thread): fresh zero-filled vectors cost ~50 MB
+  // of page faults and memset a mid.json layer, 0.18 s of a 3 s step. Every element a product reads is
+  // written first (the gather fills rows [0, n), each expert's products rows [o0, o0 + ne) of [0, n)).
+  // (References to the calling thread's set: code on the pool's threads that named a thread_local would
+  // get its own thread's.)
+  struct Buffers {
+    std::vector<float> x, dy, dact, dgu, dx;
+    std::vector<uint16_t> dy16, act16, dgu16, x16;
   };
+  thread_local Buffers buffers_here;
+  Buffers& bufs = buffers_here;
+  auto &x = bufs.x, &dy = bufs.dy, &dact = bufs.dact, &dgu = bufs.dgu, &dx = bufs.dx;
+  auto &dy16 = bufs.dy16, &act16 = bufs.act16, &dgu16 = bufs.dgu16, &x16 = bufs.x16;
+  const size_t rows_n = size_t(std::max<int64_t>(n, 1));
+  auto grow = [rows_n](auto& v, int64_t cols) {
+    if (v.size() < rows_n * size_t(cols)) v.resize(rows_n * size_t(cols));
+  };
+  grow(dact, I), grow(dgu, 2 * I), grow(dx, H);
+  if (bf16) {
+    grow(dy16, H), grow(x16, H), grow(act16, I), grow(dgu16, 2 * I);
+  } else {
+    grow(x, H), grow(dy, H);
+  }
+  // src[n, cols] fp32 -> dst bf16 (round to nearest even), rows over the threads.
+  auto rows_bf16 = [n](uint16_t* dst, const float* src, int64_t cols) {
+#pragma omp parallel for schedule(static) if (n * cols > 65536)
+    for (int64_t r = 0; r < n; r++) convert_f32_to_bf16(dst + r * cols, src + r * cols, cols);
+  };
+  {
+    ZAYA_PROFILE_SCOPE("moe_experts_backward.gather");
+    // Routed rows gathered in expert order (perm is a permutation: each r writes its own token's dweight):
+    // x = u and ḡy = w·ḡm per row (bf16 copies only, with bf16 weights), ḡw = ḡm·y.
+#pragma omp parallel for schedule(static) if (n * H > 65536)
+    for (int64_t r = 0; r < n; r++) {
+      thread_local std::vector<float> dy_row;
+      const int64_t t = plan.perm[r];
+      const float* g = dout + t * H;
+      const float* yr = y + r * H;
+      float* dyr = bf16 ? (dy_row.resize(H), dy_row.data()) : dy.data() + r * H;
+      double dot = 0;
+      for (int64_t i = 0; i < H; i++) {
+        dot += double(g[i]) * yr[i];
+        dyr[i] = weight[t] * g[i];
+      }
+      dweight[t] = float(dot);
+      if (bf16) {
+        convert_f32_to_bf16(dy16.data() + r * H, dyr, H);
+        convert_f32_to_bf16(x16.data() + r * H, u + t * H, H);
+      } else {
+        std::memcpy(x.data() + r * H, u + t * H, H * sizeof(float));
+      }
+    }
+    if (bf16) rows_bf16(act16.data(), act, I);
+  }
   // Operand r0 rows into a [*, cols] activation: bf16 copy when the weights are bf16, the fp32 rows
   // otherwise.
   auto rows = [&](const std::vector<uint16_t>& v16, const float* v32, int64_t r0, int64_t cols, bool trans) {
@@ -173,31 +205,33 @@ void moe_experts_backward(float* du, float* dweight, float* dgate_up, float* ddo
                 : mat(v32 + r0 * cols, cols, trans);
   };
   const GemmBackend weight_grad = bf16 ? GemmBackend::OneDnnRuntimeMK : GemmBackend::OpenBlas;
-  if (bf16) {
-    rows_bf16(dy16, dy.data(), H);
-    rows_bf16(act16, act, I);
+  // (Stage times under ZAYA_PROFILE: the gather, each pair of products and the scatter; the rest of
+  // moe_experts_backward is the bf16 rounding and the SwiGLU backward.)
+  {
+    ZAYA_PROFILE_SCOPE("moe_experts_backward.down");
+    for_each_expert(plan.offsets.data(), E, [&](int64_t e) {
+      const int64_t o0 = plan.offsets[e], ne = plan.offsets[e + 1] - o0;
+      // y = ψ·D_eᵀ:  ḡD_e += ḡyᵀ·ψ,  ḡψ = ḡy·D_e.
+      gemm_with(weight_grad, H, I, ne, 1.f, rows(dy16, dy.data(), o0, H, /*trans=*/true),
+                rows(act16, act, o0, I, false), 1.f, ddown + e * H * I, I);
+      gemm_with(GemmBackend::OneDnnRuntimeM, ne, I, H, 1.f, rows(dy16, dy.data(), o0, H, false),
+                expert_mat(down, e, false), 0.f, dact.data() + o0 * I, I);
+    });
   }
-  for_each_expert(plan.offsets.data(), E, [&](int64_t e) {
-    const int64_t o0 = plan.offsets[e], ne = plan.offsets[e + 1] - o0;
-    // y = ψ·D_eᵀ:  ḡD_e += ḡyᵀ·ψ,  ḡψ = ḡy·D_e.
-    gemm_with(weight_grad, H, I, ne, 1.f, rows(dy16, dy.data(), o0, H, /*trans=*/true),
-              rows(act16, act, o0, I, false), 1.f, ddown + e * H * I, I);
-    gemm_with(GemmBackend::OneDnnRuntimeM, ne, I, H, 1.f, rows(dy16, dy.data(), o0, H, false),
-              expert_mat(down, e, false), 0.f, dact.data() + o0 * I, I);
-  });
   swiglu_backward(dgu.data(), dact.data(), gu, n, I);
-  if (bf16) {
-    rows_bf16(dgu16, dgu.data(), 2 * I);
-    rows_bf16(x16, x.data(), H);
+  if (bf16) rows_bf16(dgu16.data(), dgu.data(), 2 * I);
+  {
+    ZAYA_PROFILE_SCOPE("moe_experts_backward.gate_up");
+    for_each_expert(plan.offsets.data(), E, [&](int64_t e) {
+      const int64_t o0 = plan.offsets[e], ne = plan.offsets[e + 1] - o0;
+      // [a|b] = x·G_eᵀ:  ḡG_e += [ḡa|ḡb]ᵀ·x,  ḡx = [ḡa|ḡb]·G_e.
+      gemm_with(weight_grad, 2 * I, H, ne, 1.f, rows(dgu16, dgu.data(), o0, 2 * I, /*trans=*/true),
+                rows(x16, x.data(), o0, H, false), 1.f, dgate_up + e * 2 * I * H, H);
+      gemm_with(GemmBackend::OneDnnRuntimeM, ne, H, 2 * I, 1.f, rows(dgu16, dgu.data(), o0, 2 * I, false),
+                expert_mat(gate_up, e, false), 0.f, dx.data() + o0 * H, H);
+    });
   }
-  for_each_expert(plan.offsets.data(), E, [&](int64_t e) {
-    const int64_t o0 = plan.offsets[e], ne = plan.offsets[e + 1] - o0;
-    // [a|b] = x·G_eᵀ:  ḡG_e += [ḡa|ḡb]ᵀ·x,  ḡx = [ḡa|ḡb]·G_e.
-    gemm_with(weight_grad, 2 * I, H, ne, 1.f, rows(dgu16, dgu.data(), o0, 2 * I, /*trans=*/true),
-              rows(x16, x.data(), o0, H, false), 1.f, dgate_up + e * 2 * I * H, H);
-    gemm_with(GemmBackend::OneDnnRuntimeM, ne, H, 2 * I, 1.f, rows(dgu16, dgu.data(), o0, 2 * I, false),
-              expert_mat(gate_up, e, false), 0.f, dx.data() + o0 * H, H);
-  });
+  ZAYA_PROFILE_SCOPE("moe_experts_backward.scatter");
 #pragma omp parallel for schedule(static) if (n * H > 65536)
   for (int64_t r = 0; r < n; r++) {
     float* d = du + plan.perm[r] * H;
