@@ -142,7 +142,10 @@ double zaya_backward(const ZayaModel& model, const Activations& acts, const int3
     ZAYA_PROFILE_SCOPE("lm_head_ce_backward");
     const int64_t rows = std::min(chunk, T - t0);
     const float* z = acts.z.data() + t0 * H;
-    gemm(rows, V, H, 1.f, mat(z, H), mat(w.lm_head, H, /*trans=*/true), 0.f, logits.data(), V);
+    {
+      ZAYA_PROFILE_SCOPE("lm_head_ce_backward.logits");
+      gemm(rows, V, H, 1.f, mat(z, H), mat(w.lm_head, H, /*trans=*/true), 0.f, logits.data(), V);
+    }
     if (head_bias) {
       for (int64_t r = 0; r < rows; r++)
         for (int64_t v = 0; v < V; v++) logits[r * V + v] += head_bias[v];
@@ -162,7 +165,10 @@ double zaya_backward(const ZayaModel& model, const Activations& acts, const int3
       dlogits = {dlogits16.data(), DType::BF16, V, false};
       dlogits_t = {dlogits16.data(), DType::BF16, V, true};
     }
-    gemm(rows, H, V, 1.f, dlogits, mat(w.lm_head, H), 0.f, dz.data() + t0 * H, H);
+    {
+      ZAYA_PROFILE_SCOPE("lm_head_ce_backward.dz");
+      gemm(rows, H, V, 1.f, dlogits, mat(w.lm_head, H), 0.f, dz.data() + t0 * H, H);
+    }
     // ḡW_lm += ḡlogitsᵀ · z. With bf16 GEMM weights this product also takes bf16 inputs (fp32 accumulation),
     // as the forward's do: z rounded to bf16 too.
     MatRef zref = mat(z, H);
@@ -171,7 +177,10 @@ double zaya_backward(const ZayaModel& model, const Activations& acts, const int3
       convert_f32_to_bf16(z16.data(), z, rows * H);
       zref = {z16.data(), DType::BF16, H, false};
     }
-    gemm(V, H, rows, 1.f, dlogits_t, zref, 1.f, g.lm_head.f32(), H);
+    {
+      ZAYA_PROFILE_SCOPE("lm_head_ce_backward.dw");
+      gemm(V, H, rows, 1.f, dlogits_t, zref, 1.f, g.lm_head.f32(), H);
+    }
     if (float* db = opt_f32_mut(g.lm_head_bias)) {
       for (int64_t r = 0; r < rows; r++)
         for (int64_t v = 0; v < V; v++) db[v] += logits[r * V + v];
