@@ -12,7 +12,8 @@ FLOPs count a multiply-add as 2 (src/model/zaya-flops.cpp's forward model, split
 2x their forward ones, attention's backward 2.5x: scores recomputed, then dP, dQ, dK, dV). Bytes are the
 stage's compulsory traffic: its weights once (bf16 or fp32 as the run computes), fp32 activations in and out,
 and for the backward the fp32 gradients it accumulates (read and written). Element-wise stages count ~10
-FLOPs per element. Nested stages (moe_gate_up, swiglu, moe_down inside moe_experts) are not listed twice.
+FLOPs per element. Nested stages (moe_gate_up, swiglu, moe_down inside moe_experts; "stage.part" parts such as
+lm_head_ce_backward.logits) are not listed twice.
 The optimizer, clipping and the rest come from the bench's own stage_seconds.
 
     python3 tools/roofline.py --zaya build/zaya --config configs/mid.json --batch 4 --seq 512 --dtype bf16 \
@@ -114,7 +115,7 @@ def main():
     bench = json.loads(out.strip().splitlines()[-1])
     prof = profile_rows(err)
     cfg = json.load(open(args.config))
-    steps_profiled = prof.get("zaya_backward", (0, args.steps + 1))[1]  # the warm-up is profiled too
+    steps_profiled = prof.get("zaya_backward", (0, args.steps))[1]  # the timed steps (bench train pauses the warm-up)
     peak = bench["peak_gflops_bf16" if args.dtype == "bf16" else "peak_gflops_fp32"] * 1e9
     bw = args.bandwidth * 1e9
     model = stage_model(cfg, args.batch, args.seq, 2 if args.dtype == "bf16" else 4)
@@ -122,7 +123,7 @@ def main():
     rows = []
     covered = 0.0
     for name, (sec, _calls) in prof.items():
-        if name in NESTED:
+        if name in NESTED or "." in name:  # "stage.part": a part of a listed stage
             continue
         t = sec / steps_profiled
         covered += t
