@@ -159,7 +159,7 @@ int bench_train(const std::string& model_dir, const std::string& config, int64_t
     };
     tm.grads.zero();
     stage_done(0);
-    zaya::Activations acts;
+    zaya::Activations& acts = sc.train_acts;  // as zaya train keeps it between steps
     zaya::ForwardOptions fo;
     fo.all_logits = false;
     fo.record = &acts;

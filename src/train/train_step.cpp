@@ -60,7 +60,7 @@ StepResult train_step(TrainModel& tm, Optimizer& optim, BalanceController& balan
   ForwardResult res;
   for (size_t m = 0; m < micro_batches.size(); m++) {
     const data::Batch& b = micro_batches[m];
-    Activations acts;
+    Activations& acts = scratch.train_acts;
     fo.record = &acts;
     ZayaCache cache(mc, b.rows);
     zaya_forward(tm.compute, cache, b.input_ids.data(), nullptr, b.rows, b.seq_len, fo, res, scratch);
