@@ -8,8 +8,8 @@
 // path: the activations are rounded into a scratch buffer inside gemm()).
 //
 // The build machine is shared, so compare variants with interleaved repetitions and take the best:
-//   ./bench/gemm_bench --benchmark_filter=lm_head --benchmark_repetitions=5 \
-//       --benchmark_enable_random_interleaving=true --benchmark_min_time=0.2
+//   ./bench/gemm_bench --benchmark_filter=lm_head --benchmark_repetitions=5
+//       --benchmark_enable_random_interleaving=true --benchmark_min_time=0.2   (one command line)
 #include <benchmark/benchmark.h>
 
 #include <random>
