@@ -538,9 +538,10 @@ void check_experts(bool passthrough) {
   };
   f();
   std::vector<float> du(T * H, 0.f), dweight(T), dgu(E * 2 * I * H, 0.f), ddown(E * H * I, 0.f);
+  MoeBackwardScratch bsc;
   moe_experts_backward(du.data(), dweight.data(), dgu.data(), ddown.data(), r.data(), u.data(), choice.data(),
                        weight.data(), p_skip.data(), plan, gate_up, down, sc.gu.data(), sc.act.data(),
-                       sc.y.data(), T, H, I, E, passthrough);
+                       sc.y.data(), T, H, I, E, passthrough, bsc);
   fd_check("u", u, du, f);
   fd_check("weight (routed tokens)", weight, dweight, f, {}, [&](int64_t t) { return choice[t] == E; });
   if (passthrough) {

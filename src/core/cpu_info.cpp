@@ -44,24 +44,29 @@ std::string cpu_summary() {
          std::to_string(c.cores) + " CPUs, " + (c.features.empty() ? "no AVX2" : c.features);
 }
 
+namespace {
+// The value of environment variable `env` (a number: nonzero = true) when set, else whether this is an AMD
+// CPU of family `min_family` or later that has the ISA extension (`has_isa`).
+bool env_or_amd_family(const char* env, bool has_isa, int min_family) {
+  if (const char* v = std::getenv(env); v && *v) return std::atoi(v) != 0;
+  if (!has_isa) return false;
+  const CpuInfo c = cpu_info();
+  return c.vendor == "AuthenticAMD" && c.family >= min_family;
+}
+}  // namespace
+
 bool cpu_fast_bf16_dot() {
   static const bool fast = [] {
-    if (const char* env = std::getenv("ZAYA_BF16_DOT"); env && *env) return std::atoi(env) != 0;
     __builtin_cpu_init();
-    if (!__builtin_cpu_supports("avx512bf16")) return false;
-    const CpuInfo c = cpu_info();
-    return c.vendor == "AuthenticAMD" && c.family >= 25;
+    return env_or_amd_family("ZAYA_BF16_DOT", __builtin_cpu_supports("avx512bf16"), 25);
   }();
   return fast;
 }
 
 bool cpu_full_width_avx512() {
   static const bool full = [] {
-    if (const char* env = std::getenv("ZAYA_FULL_WIDTH_AVX512"); env && *env) return std::atoi(env) != 0;
     __builtin_cpu_init();
-    if (!__builtin_cpu_supports("avx512f")) return false;
-    const CpuInfo c = cpu_info();
-    return c.vendor == "AuthenticAMD" && c.family >= 26;
+    return env_or_amd_family("ZAYA_FULL_WIDTH_AVX512", __builtin_cpu_supports("avx512f"), 26);
   }();
   return full;
 }

@@ -224,7 +224,7 @@ double zaya_backward(const ZayaModel& model, const Activations& acts, const int3
     moe_experts_backward(du.data(), dweight.data(), lg.experts_gate_up.f32(), lg.experts_down.f32(),
                          dm_.data(), la.u.data(), la.choice.data(), la.weight.data(), la.p_skip.data(),
                          la.plan, lw.experts_gate_up, lw.experts_down, la.gu.data(), la.act.data(),
-                         la.ye.data(), T, H, I, E, c.skip_passthrough);
+                         la.ye.data(), T, H, I, E, c.skip_passthrough, rsc.moe_backward);
 
     // Router (spec §6.13): gathered weight → logits → out_proj → GELU → fc2 → GELU → fc1 → norm → ρ.
     route_top1_backward(dlogit.data(), dweight.data(), la.probs.data(), la.choice.data(), T, E);

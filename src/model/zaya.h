@@ -109,6 +109,7 @@ struct ForwardScratch {
   std::vector<int32_t> ids;    // [T] zaya_forward_seqs: the call's tokens, sequence after sequence
   std::vector<float> head_in;  // [rows, H] the hidden rows whose logits are wanted
   MoeScratch moe;
+  MoeBackwardScratch moe_backward;  // zaya_backward's experts
   // A training step's recording (ForwardOptions::record), kept here between steps: its vectors keep their
   // capacity, so the next step's ~1 GB (mid.json, 4 x 512) is not page-faulted in and zero-filled again
   // (every element is assigned by the recording forward before the backward reads it).
