@@ -10,9 +10,11 @@
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <vector>
 
+#include "core/mem_bandwidth.h"
 #include "core/quant.h"
 #include "core/tensor.h"
 #include "kernels/gemm.h"
@@ -155,6 +157,78 @@ void BM_Head(benchmark::State& state) {
       benchmark::Counter(double(W.nbytes()), benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_Head)->Arg(1)->Arg(4)->Arg(16)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// One ZAYA1-8B decode layer's products at one row, as a batch-1 step runs them, over 40 layers' own copies
+// (on huge pages, as `--no-mmap` and the packs place them): the fused q/k/v [1536, 2048] and o [2048, 1024]
+// in bf16, the router's first product [256, 2048] bf16, then one MXFP4 expert's gate_up [4096, 2048] and down
+// [2048, 2048] (VNNI packs). GB/s over the layer's bytes; µs/layer is the time a step spends in them per
+// layer. Small products pay their fork/join and prefetch ramp here, which the one-matrix rows above hide.
+Tensor huge_copy(const Tensor& t) {
+  std::shared_ptr<void> mem = huge_alloc_shared(size_t(t.nbytes()));
+  std::memcpy(mem.get(), t.data, size_t(t.nbytes()));
+  Tensor h = Tensor::view(t.dtype, t.shape, mem.get(), mem);
+  h.scales = t.scales;
+  return h;
+}
+
+Tensor random_weights(DType fmt, int64_t N, int64_t K, uint32_t seed) {
+  Tensor f = Tensor::empty(DType::F32, {N, K});
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, 0.02f);
+  for (int64_t i = 0; i < f.numel(); i++) f.f32()[i] = d(rng);
+  if (fmt == DType::BF16) return huge_copy(f.to(DType::BF16));
+  Tensor q = quantize(f, fmt);
+  pack_for_decode(q);
+  return q;
+}
+
+void BM_DecodeLayer(benchmark::State& state) {
+  constexpr int kLayers = 40;
+  struct Layer {
+    Tensor qkv, o, router, gate_up, down;
+  };
+  static std::vector<Layer> layers;
+  if (layers.empty()) {
+    for (int l = 0; l < kLayers; l++)
+      layers.push_back({random_weights(DType::BF16, 1536, 2048, 5 * l),
+                        random_weights(DType::BF16, 2048, 1024, 5 * l + 1),
+                        random_weights(DType::BF16, 256, 2048, 5 * l + 2),
+                        random_weights(DType::MXFP4, 4096, 2048, 5 * l + 3),
+                        random_weights(DType::MXFP4, 2048, 2048, 5 * l + 4)});
+  }
+  auto bytes = [](const Tensor& w) {
+    return double(w.nbytes()) + (w.scales ? double(w.scales->nbytes()) : 0.0);
+  };
+  // Arg: 0 = the whole layer, 1-5 = one of its products alone (q/k/v, o, router, gate_up, down).
+  const int which = int(state.range(0));
+  const int64_t n_out[5] = {1536, 2048, 256, 4096, 2048};
+  auto product = [&](const Layer& L, int i) -> const Tensor& {
+    return i == 0 ? L.qkv : i == 1 ? L.o : i == 2 ? L.router : i == 3 ? L.gate_up : L.down;
+  };
+  double layer_bytes = 0;
+  for (int i = 0; i < 5; i++)
+    if (which == 0 || which == i + 1) layer_bytes += bytes(product(layers[0], i));
+  std::vector<float> x(4096, 0.5f), y(4096);
+  int l = 0;
+  for (auto _ : state) {
+    const Layer& L = layers[size_t(l++ % kLayers)];
+    for (int i = 0; i < 5; i++)
+      if (which == 0 || which == i + 1) quant_linear_forward(y.data(), n_out[i], x.data(), 1, product(L, i));
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GB/s"] = benchmark::Counter(layer_bytes, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_DecodeLayer)->DenseRange(0, 5)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+// The machine's threaded read bandwidth (core/mem_bandwidth.h, as `zaya bench decode` measures it), in the
+// same run as the kernels above: their GB/s over this is the fraction a decode step could reach.
+void BM_ReadBandwidth(benchmark::State& state) {
+  static ReadBandwidthProbe probe;
+  double gbs = 0;
+  for (auto _ : state) gbs = probe.measure(1);
+  state.counters["GB/s"] = gbs;
+}
+BENCHMARK(BM_ReadBandwidth)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace zaya

@@ -15,6 +15,7 @@
 #include <random>
 #include <vector>
 
+#include "core/cpu_info.h"
 #include "core/error.h"
 #include "core/mem_bandwidth.h"
 #include "core/tensor.h"
@@ -378,6 +379,32 @@ TEST(QuantGemm, Bf16DotIsBatchInvariant) {
       }
       set_gemm_batch_invariant(saved);
     }
+}
+
+// Decode's choice (Stream) follows the documented rule: for BF16 and FP8 weights in a bf16-compute model,
+// the bf16 dot kernel's bits from bf16_dot_min_rows(format) rows on, the fp32 kernel's below (on Zen 5 a
+// BF16 product takes the dot kernel from one row). Both are computed and compared bitwise, so a rule that
+// picked the wrong kernel on either side of the threshold turns this red on any CPU with the dot kernel.
+TEST(QuantGemm, StreamTakesBf16DotFromItsMinRows) {
+  BF16_DOT_OR_SKIP();
+  if (!cpu_fast_bf16_dot()) GTEST_SKIP() << "decode keeps the fp32 kernel on this CPU (cpu_fast_bf16_dot)";
+  for (DType f : kDotted) {
+    const int64_t N = 64, K = 256;
+    Tensor W = weight_in(f, {N, K}, 57);
+    for (int64_t M = 1; M <= 5; M++) {
+      Tensor a = random_f32({M, K}, 58 + uint32_t(M));
+      std::vector<float> got(size_t(M * N)), dot(size_t(M * N)), f32(size_t(M * N));
+      quant_linear_forward_with(QuantPath::Stream, got.data(), N, a.f32(), M, W);
+      quant_linear_forward_with(QuantPath::Bf16Dot, dot.data(), N, a.f32(), M, W);
+      quant_linear_forward_with(QuantPath::StreamF32, f32.data(), N, a.f32(), M, W);
+      ASSERT_NE(0, std::memcmp(dot.data(), f32.data(), dot.size() * 4));  // the two kernels differ here
+      const std::vector<float>& want = M >= bf16_dot_min_rows(f) ? dot : f32;
+      EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * 4))
+          << quant_scheme_name(f) << " M=" << M << " (bf16_dot_min_rows " << bf16_dot_min_rows(f) << ")";
+    }
+  }
+  EXPECT_EQ(bf16_dot_min_rows(DType::BF16), cpu_full_width_avx512() ? 1 : kBf16DotMinRows);
+  EXPECT_EQ(bf16_dot_min_rows(DType::F8_E4M3), kBf16DotMinRows);
 }
 
 // Formats it does not take are an error, not a wrong answer.

@@ -81,10 +81,15 @@ enum class QuantPath { Auto, Stream, StreamF32, Bf16Dot, DequantGemm };
 // and vdpbf16ps forms the products, 4 weight rows x up to 6 activation rows per register block; FP8's row
 // scale multiplies each result. Its sum order is gemm_rows.h's bf16 dot form, so with BF16 weights a result
 // equals gemm()'s batch-invariant product bit for bit, and a row's result never depends on the other rows.
-// Decode takes it for a product of at least kBf16DotMinRows rows in a bf16-compute model on a CPU where
+// Decode takes it for a product of at least bf16_dot_min_rows rows in a bf16-compute model on a CPU where
 // vdpbf16ps is fast (cpu_fast_bf16_dot): there fp32 fmas, not memory, limit the fp32 kernel at 16 rows.
 // In gemm's batch-invariant mode it takes every M there, so a row's result never depends on its batch.
 constexpr int64_t kBf16DotMinRows = 4;
+// The fewest rows for which decode takes the bf16 dot kernel outside the batch-invariant mode: 1 for BF16
+// weights on full-width AVX-512 (Zen 5, cpu_full_width_avx512: there the fp32 kernel's conversions and fmas
+// limit even one row: 87 vs 137 GB/s on cached weights, 45 vs 54 from memory, bench/quant_gemm_bench);
+// kBf16DotMinRows otherwise (FP8's widening costs more than one row's fmas; Zen 4's memory is the limit).
+int64_t bf16_dot_min_rows(DType fmt);
 bool quant_bf16_dot_available();
 void quant_linear_forward_with(QuantPath path, float* out, int64_t ldc, const float* in, int64_t M,
                                const Tensor& W, DType tile = DType::BF16);
