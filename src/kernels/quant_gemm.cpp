@@ -624,6 +624,20 @@ void dot16_tile(float* out, int64_t ldc, const uint16_t* a, int64_t M, const QMa
                 int64_t n1) {
   constexpr int NR = 4;
   const int64_t K = w.K;
+  // One BF16 activation row: the weight rows one after another, each front to back, so a tile is a single
+  // sequential stream (what the hardware prefetcher follows best; interleaving 4 rows and prefetching the
+  // next 4 made 8 streams). The sums are the same (one chain per output), so the bits are too. One-row
+  // products of the 8B shapes: +7-21% (o_proj, q/k/v; interleaved A/B, Zen 5), the 1 GB head unchanged.
+  if constexpr (F == DType::BF16) {
+    if (M == 1) {
+      const float one = 1.0f;
+      for (int64_t n = n0; n < n1; n++) {
+        const uint16_t* row = reinterpret_cast<const uint16_t*>(w.q + size_t(n) * w.row_bytes);
+        dot16_rows<1>(out + n, ldc, a, M, &row, nullptr, &one, K);
+      }
+      return;
+    }
+  }
   thread_local std::vector<uint16_t> wide;  // FP8: [NR, K] bf16
   if constexpr (F == DType::F8_E4M3) wide.resize(size_t(NR * K));
   for (int64_t n = n0; n < n1; n += NR) {
