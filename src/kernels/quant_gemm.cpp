@@ -737,12 +737,13 @@ struct Tile {
   int64_t expert, n0, n1;
 };
 
-// Output rows per work item: at least 16 (a few KB of weights), and two items a thread. Each item starts a
-// stream that the prefetchers must ramp up on, and a decode product is short (a ZAYA1-8B o_proj: 4 MB, ~90 us
-// on 2 cores): one-row products of the 8B shapes ran 4-15% faster with 2 items a thread than with 8
-// (interleaved A/B on a Zen 5; 8 was chosen for balance, which dynamic scheduling keeps with 2).
+// Output rows per work item: at least 16 (a few KB of weights), and two items a thread for one matrix. Each
+// item starts a stream that the prefetchers must ramp up on, and a decode product is short (a ZAYA1-8B
+// o_proj: 4 MB, ~90 us on 2 cores): one-row products of the 8B shapes ran 4-15% faster with 2 items a thread
+// than with 8 (interleaved A/B on a Zen 5). Several experts (items_per_row_set > 1) keep 8 a thread: their
+// rows per token differ, and finer items keep the threads balanced.
 int64_t tile_rows(int64_t N, int64_t items_per_row_set, int threads) {
-  const int64_t want_items = int64_t(threads) * 2;
+  const int64_t want_items = int64_t(threads) * (items_per_row_set > 1 ? 8 : 2);
   int64_t t = (N * items_per_row_set + want_items - 1) / want_items;
   t = std::max<int64_t>(16, (t + 15) / 16 * 16);
   return std::min(t, N);
