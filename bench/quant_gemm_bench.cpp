@@ -28,15 +28,20 @@ constexpr int64_t kN = 4096, kK = 2048;
 // memory.
 constexpr double kSetBytes = 1.5 * (1 << 30);
 
-Tensor weights(DType fmt) {
-  Tensor f = Tensor::empty(DType::F32, {kN, kK});
-  std::mt19937 rng(1);
+// Random N(0, 0.02) weights [N, K] in `fmt` (F32, BF16 or a quantized format), the same values per seed.
+Tensor weights(DType fmt, int64_t N = kN, int64_t K = kK, uint32_t seed = 1) {
+  Tensor f = Tensor::empty(DType::F32, {N, K});
+  std::mt19937 rng(seed);
   std::normal_distribution<float> d(0.0f, 0.02f);
-  for (int64_t i = 0; i < f.numel(); i++)
-    f.f32()[i] = d(rng);  // same values in every copy: bytes differ in place
+  for (int64_t i = 0; i < f.numel(); i++) f.f32()[i] = d(rng);
   if (fmt == DType::F32) return f;
   if (fmt == DType::BF16) return f.to(DType::BF16);
   return quantize(f, fmt);
+}
+
+// Bytes a product reads from W: elements plus scales.
+double weight_bytes(const Tensor& W) {
+  return double(W.nbytes()) + (W.scales ? double(W.scales->nbytes()) : 0.0);
 }
 
 // via_gemm: the BF16 weights through gemm() (oneDNN), as before the streaming kernel took decode.
@@ -58,7 +63,7 @@ void BM_Weights(benchmark::State& state, DType fmt, bool via_gemm = false, bool 
     w[slot].push_back(weights(fmt));
     if (packed) pack_for_decode(w[slot].back());
     const Tensor& w0 = w[slot][0];
-    const double one = double(w0.nbytes()) + (w0.scales ? double(w0.scales->nbytes()) : 0.0);
+    const double one = weight_bytes(w0);                 // same values in every copy: bytes differ in place
     const char* env = std::getenv("ZAYA_BENCH_SET_MB");  // smaller: time the kernel on cached weights
     const double set = env ? std::atof(env) * double(1 << 20) : kSetBytes;
     while (double(w[slot].size()) * one < set) {
@@ -79,8 +84,7 @@ void BM_Weights(benchmark::State& state, DType fmt, bool via_gemm = false, bool 
     }
     benchmark::DoNotOptimize(out.data());
   }
-  const double bytes = double(W.nbytes()) + (W.scales ? double(W.scales->nbytes()) : 0.0);
-  state.counters["GB/s"] = benchmark::Counter(bytes, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GB/s"] = benchmark::Counter(weight_bytes(W), benchmark::Counter::kIsIterationInvariantRate);
 }
 
 BENCHMARK_CAPTURE(BM_Weights, bf16_gemm, DType::BF16, true)
@@ -153,35 +157,27 @@ void BM_Head(benchmark::State& state) {
     quant_linear_forward(out.data(), N, in.data(), M, W);
     benchmark::DoNotOptimize(out.data());
   }
-  state.counters["GB/s"] =
-      benchmark::Counter(double(W.nbytes()), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GB/s"] = benchmark::Counter(weight_bytes(W), benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_Head)->Arg(1)->Arg(4)->Arg(16)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// A copy of BF16 W on huge pages (as `--no-mmap` places a checkpoint's matrices); a quantized W packed for
+// the VNNI kernel instead (the packs live on huge pages).
+Tensor for_decode(Tensor W) {
+  if (W.dtype != DType::BF16) {
+    pack_for_decode(W);
+    return W;
+  }
+  std::shared_ptr<void> mem = huge_alloc_shared(size_t(W.nbytes()));
+  std::memcpy(mem.get(), W.data, size_t(W.nbytes()));
+  return Tensor::view(W.dtype, W.shape, mem.get(), mem);
+}
 
 // One ZAYA1-8B decode layer's products at one row, as a batch-1 step runs them, over 40 layers' own copies
 // (on huge pages, as `--no-mmap` and the packs place them): the fused q/k/v [1536, 2048] and o [2048, 1024]
 // in bf16, the router's first product [256, 2048] bf16, then one MXFP4 expert's gate_up [4096, 2048] and down
 // [2048, 2048] (VNNI packs). GB/s over the layer's bytes; µs/layer is the time a step spends in them per
 // layer. Small products pay their fork/join and prefetch ramp here, which the one-matrix rows above hide.
-Tensor huge_copy(const Tensor& t) {
-  std::shared_ptr<void> mem = huge_alloc_shared(size_t(t.nbytes()));
-  std::memcpy(mem.get(), t.data, size_t(t.nbytes()));
-  Tensor h = Tensor::view(t.dtype, t.shape, mem.get(), mem);
-  h.scales = t.scales;
-  return h;
-}
-
-Tensor random_weights(DType fmt, int64_t N, int64_t K, uint32_t seed) {
-  Tensor f = Tensor::empty(DType::F32, {N, K});
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, 0.02f);
-  for (int64_t i = 0; i < f.numel(); i++) f.f32()[i] = d(rng);
-  if (fmt == DType::BF16) return huge_copy(f.to(DType::BF16));
-  Tensor q = quantize(f, fmt);
-  pack_for_decode(q);
-  return q;
-}
-
 void BM_DecodeLayer(benchmark::State& state) {
   constexpr int kLayers = 40;
   struct Layer {
@@ -190,30 +186,27 @@ void BM_DecodeLayer(benchmark::State& state) {
   static std::vector<Layer> layers;
   if (layers.empty()) {
     for (int l = 0; l < kLayers; l++)
-      layers.push_back({random_weights(DType::BF16, 1536, 2048, 5 * l),
-                        random_weights(DType::BF16, 2048, 1024, 5 * l + 1),
-                        random_weights(DType::BF16, 256, 2048, 5 * l + 2),
-                        random_weights(DType::MXFP4, 4096, 2048, 5 * l + 3),
-                        random_weights(DType::MXFP4, 2048, 2048, 5 * l + 4)});
+      layers.push_back({for_decode(weights(DType::BF16, 1536, 2048, 5 * l)),
+                        for_decode(weights(DType::BF16, 2048, 1024, 5 * l + 1)),
+                        for_decode(weights(DType::BF16, 256, 2048, 5 * l + 2)),
+                        for_decode(weights(DType::MXFP4, 4096, 2048, 5 * l + 3)),
+                        for_decode(weights(DType::MXFP4, 2048, 2048, 5 * l + 4))});
   }
-  auto bytes = [](const Tensor& w) {
-    return double(w.nbytes()) + (w.scales ? double(w.scales->nbytes()) : 0.0);
-  };
   // Arg: 0 = the whole layer, 1-5 = one of its products alone (q/k/v, o, router, gate_up, down).
   const int which = int(state.range(0));
-  const int64_t n_out[5] = {1536, 2048, 256, 4096, 2048};
   auto product = [&](const Layer& L, int i) -> const Tensor& {
     return i == 0 ? L.qkv : i == 1 ? L.o : i == 2 ? L.router : i == 3 ? L.gate_up : L.down;
   };
   double layer_bytes = 0;
   for (int i = 0; i < 5; i++)
-    if (which == 0 || which == i + 1) layer_bytes += bytes(product(layers[0], i));
+    if (which == 0 || which == i + 1) layer_bytes += weight_bytes(product(layers[0], i));
   std::vector<float> x(4096, 0.5f), y(4096);
   int l = 0;
   for (auto _ : state) {
     const Layer& L = layers[size_t(l++ % kLayers)];
     for (int i = 0; i < 5; i++)
-      if (which == 0 || which == i + 1) quant_linear_forward(y.data(), n_out[i], x.data(), 1, product(L, i));
+      if (which == 0 || which == i + 1)
+        quant_linear_forward(y.data(), product(L, i).dim(0), x.data(), 1, product(L, i));
     benchmark::DoNotOptimize(y.data());
   }
   state.counters["GB/s"] = benchmark::Counter(layer_bytes, benchmark::Counter::kIsIterationInvariantRate);
