@@ -21,8 +21,9 @@ struct Proc {
   std::string out;  // stdout and stderr together
 };
 
-Proc run(const std::string& args) {
-  std::string cmd = std::string(ZAYA_BINARY) + " " + args + " 2>&1";
+// `env_prefix`: e.g. "env -u OMP_WAIT_POLICY", the environment the binary starts with.
+Proc run(const std::string& args, const std::string& env_prefix = "") {
+  std::string cmd = env_prefix + " " + std::string(ZAYA_BINARY) + " " + args + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   std::string out;
   std::array<char, 4096> buf;
@@ -188,6 +189,20 @@ TEST(Cli, HelpAndVersion) {
   EXPECT_NE(v.out.find("zaya.cpp "), std::string::npos) << v.out;
   EXPECT_NE(v.out.find("commit "), std::string::npos) << v.out;
   EXPECT_NE(v.out.find("cpu: "), std::string::npos) << v.out;
+}
+
+// OpenMP's waiting policy (core/threads.h): PASSIVE (with a short spin on an idle machine) unless the user
+// chose OMP_WAIT_POLICY or GOMP_SPINCOUNT; a choice of theirs is kept as it is. `--version` prints it.
+TEST(Cli, OmpWaitPolicyDefaultsToPassiveAndKeepsTheUsersChoice) {
+  Proc d = run("--version", "env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT");
+  ASSERT_EQ(d.status, 0) << d.out;
+  const bool spin = d.out.find("omp wait: PASSIVE, GOMP_SPINCOUNT=10000\n") != std::string::npos;
+  const bool plain = d.out.find("omp wait: PASSIVE\n") != std::string::npos;
+  EXPECT_TRUE(spin || plain) << d.out;  // which one depends on what else this machine runs now
+  Proc a = run("--version", "env -u GOMP_SPINCOUNT OMP_WAIT_POLICY=ACTIVE");
+  EXPECT_NE(a.out.find("omp wait: ACTIVE\n"), std::string::npos) << a.out;
+  Proc s = run("--version", "env -u OMP_WAIT_POLICY GOMP_SPINCOUNT=0");
+  EXPECT_NE(s.out.find("omp wait: GOMP_SPINCOUNT=0\n"), std::string::npos) << s.out;
 }
 
 // --model may name the checkpoint's config.json: the directory is meant.

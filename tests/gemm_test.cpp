@@ -507,6 +507,24 @@ TEST(Threads, Helpers) {
   EXPECT_THROW(set_num_threads(0), Error);
 }
 
+// The short-spin decision of the OpenMP waiting policy (core/threads.h): /proc/stat's runnable count, and
+// spin only where every thread of ours has a CPU besides the other runnable tasks.
+TEST(Threads, ShortSpinOnlyOnAnIdleMachine) {
+  EXPECT_EQ(procs_running_from_proc_stat("cpu  1 2 3\nctxt 99\nprocs_running 3\nprocs_blocked 0\n"), 3);
+  EXPECT_EQ(procs_running_from_proc_stat("procs_running 1"), 1);              // no trailing newline
+  EXPECT_EQ(procs_running_from_proc_stat("cpu 1 2\nprocs_blocked 0\n"), -1);  // absent
+  EXPECT_EQ(procs_running_from_proc_stat("procs_running x\n"), -1);           // not a count
+  EXPECT_EQ(procs_running_from_proc_stat("procs_running -4\n"), -1);
+  EXPECT_EQ(procs_running_from_proc_stat(""), -1);
+  EXPECT_TRUE(short_spin_fits(0, 2, 2));
+  EXPECT_FALSE(short_spin_fits(1, 2, 2));  // one busy neighbour on 2 CPUs: spinning measured -15-30%
+  EXPECT_TRUE(short_spin_fits(1, 1, 2));
+  EXPECT_TRUE(short_spin_fits(6, 2, 8));
+  EXPECT_FALSE(short_spin_fits(7, 2, 8));
+  EXPECT_FALSE(short_spin_fits(-1, 2, 8));  // unknown: do not spin
+  EXPECT_FALSE(short_spin_fits(0, 0, 8));
+}
+
 TEST(Gemm, PeakIsPositive) {
   for (DType t : {DType::F32, DType::BF16}) {
     double g = measure_gemm_peak_gflops(t);

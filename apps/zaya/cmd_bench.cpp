@@ -21,6 +21,7 @@
 #include "core/cpu_info.h"
 #include "core/error.h"
 #include "core/profile.h"
+#include "core/threads.h"
 #include "kernels/gemm.h"
 #include "load_flags.h"
 #include "model/zaya-backward.h"
@@ -57,6 +58,7 @@ nlohmann::json result_json(const char* bench, const std::string& dtype, const za
   j["mfu"] = tps * gflop_per_token / (dtype == "bf16" ? peak16 : peak32);
   j["batch_invariant"] = zaya::gemm_batch_invariant();
   j["cpu"] = zaya::cpu_summary();  // the figures depend on it: Zen 5's bf16 peak is about twice a Zen 4's
+  j["omp_wait"] = zaya::omp_wait_summary();  // and on this: core/threads.h
   return j;
 }
 
@@ -319,6 +321,7 @@ int bench_checkpoint(const std::string& config, int64_t layers, const std::strin
   };
   nlohmann::json j = {{"bench", "checkpoint"},
                       {"cpu", zaya::cpu_summary()},
+                      {"omp_wait", zaya::omp_wait_summary()},
                       {"params_m", cfg.num_params() / 1e6},
                       {"state_bytes", bytes},
                       {"saves", saves},

@@ -251,6 +251,7 @@ int bench_decode(const BenchDecodeOptions& o) {
     nlohmann::json j;
     j["bench"] = "decode";
     j["cpu"] = cpu_summary();
+    j["omp_wait"] = omp_wait_summary();
     j["threads"] = num_threads();
     j["model"] = o.model_dir.empty() ? o.config : o.model_dir;
     j["weights"] = weights;

@@ -10,6 +10,7 @@
 #include "bench_eval.h"
 #include "core/cpu_info.h"
 #include "core/error.h"
+#include "core/threads.h"
 #include "eval/loglikelihood.h"
 #include "model/zaya-init.h"
 #include "model/zaya.h"
@@ -141,6 +142,7 @@ int bench_eval(const BenchEvalOptions& o) {
   j["same_predictions"] = same_pred;
   j["greedy_flags_differing"] = greedy_diff;
   j["cpu"] = cpu_summary();
+  j["omp_wait"] = omp_wait_summary();
   std::printf("%s\n", j.dump().c_str());
   return 0;
 }

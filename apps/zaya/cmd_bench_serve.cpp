@@ -34,6 +34,7 @@
 #include "bench_serve.h"
 #include "core/cpu_info.h"
 #include "core/error.h"
+#include "core/threads.h"
 #include "core/tool_script.h"
 #include "kernels/gemm.h"
 #include "model/generate.h"
@@ -657,6 +658,7 @@ json Bench::level_json(int64_t c, bool invariant, const std::vector<Prompt>& pro
   }
   json j;
   j["bench"] = "serve";
+  j["omp_wait"] = omp_wait_summary();
   j["cpu"] = cpu_summary();  // this machine's (the client's; the server's too when in process)
   j["run_id"] = run_id_;
   j["model"] = model_label_;

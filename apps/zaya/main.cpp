@@ -6,11 +6,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <string>
 
 #include "command.h"
 #include "core/cpu_info.h"
 #include "core/error.h"
 #include "core/suggest.h"
+#include "core/threads.h"
 #include "zaya_version.h"
 
 namespace zaya::app {
@@ -31,11 +33,13 @@ static void usage() {
 }
 
 int main(int argc, char** argv) {
-  // OpenMP threads that spin while waiting at barriers collapse throughput when the machine is shared (5x
-  // slower training measured with three other busy processes on 2 cores). The runtime reads the policy
-  // before main(), so when the user has not chosen one, set PASSIVE and re-execute once.
-  if (!std::getenv("OMP_WAIT_POLICY")) {
+  // OpenMP's waiting policy (core/threads.h): PASSIVE, with a short spin when the machine has a free CPU for
+  // each of our threads. The runtime reads it before main(), so when the user has chosen neither
+  // OMP_WAIT_POLICY nor GOMP_SPINCOUNT, set them and re-execute once.
+  if (!std::getenv("OMP_WAIT_POLICY") && !std::getenv("GOMP_SPINCOUNT")) {
     setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+    if (zaya::machine_idle_for_short_spin())
+      setenv("GOMP_SPINCOUNT", std::to_string(zaya::kShortSpinCount).c_str(), 1);
     execv("/proc/self/exe", argv);  // returns only on failure: then run with the default policy
   }
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
@@ -43,8 +47,8 @@ int main(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   if (!std::strcmp(argv[1], "--version") || !std::strcmp(argv[1], "-V")) {
-    std::printf("zaya.cpp %s (commit %s, %s build)\ncpu: %s\n", ZAYA_VERSION, ZAYA_GIT_COMMIT,
-                ZAYA_BUILD_TYPE, zaya::cpu_summary().c_str());
+    std::printf("zaya.cpp %s (commit %s, %s build)\ncpu: %s\nomp wait: %s\n", ZAYA_VERSION, ZAYA_GIT_COMMIT,
+                ZAYA_BUILD_TYPE, zaya::cpu_summary().c_str(), zaya::omp_wait_summary().c_str());
     return 0;
   }
   for (const auto& c : zaya::app::registry()) {

@@ -1,8 +1,17 @@
 #include "core/threads.h"
 
 #include <omp.h>
+#include <sched.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <mutex>
+#include <sstream>
+#include <vector>
 
 #include "core/error.h"
 
@@ -27,6 +36,68 @@ bool in_parallel_region() {
 
 int threads_here() {
   return in_parallel_region() ? 1 : num_threads();
+}
+
+int procs_running_from_proc_stat(const std::string& text) {
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    static const char kKey[] = "procs_running ";
+    if (line.compare(0, sizeof(kKey) - 1, kKey) != 0) continue;
+    char* end = nullptr;
+    const long n = std::strtol(line.c_str() + sizeof(kKey) - 1, &end, 10);
+    if (end == line.c_str() + sizeof(kKey) - 1 || n < 0 || n > (1 << 30)) return -1;  // not a count
+    return int(n);
+  }
+  return -1;
+}
+
+bool short_spin_fits(int others, int threads, int cpus) {
+  return others >= 0 && threads >= 1 && others + threads <= cpus;
+}
+
+bool machine_idle_for_short_spin() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return false;
+  const int cpus = CPU_COUNT(&set);
+  int threads = cpus;
+  if (const char* env = std::getenv("OMP_NUM_THREADS")) {
+    const int n = std::atoi(env);  // "4" or "4,2": the outer level's count
+    if (n >= 1) threads = n;
+  }
+  // Runnable tasks of other processes: the machine's count less this process's running threads (the reader,
+  // and OpenBLAS's pool, whose threads busy-wait for a while after the library loads).
+  std::vector<int> others;
+  for (int i = 0; i < 5; i++) {
+    if (i) usleep(2000);
+    std::ifstream f("/proc/stat");
+    std::stringstream text;
+    text << f.rdbuf();
+    const int n = procs_running_from_proc_stat(text.str());
+    if (n < 0) return false;
+    int ours = 0;
+    std::error_code ec;
+    for (const auto& task : std::filesystem::directory_iterator("/proc/self/task", ec)) {
+      std::ifstream st(task.path() / "stat");
+      std::string line;
+      std::getline(st, line);
+      const size_t paren = line.rfind(')');  // "tid (comm) S ...": comm may hold spaces and parentheses
+      if (paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'R') ours++;
+    }
+    others.push_back(n - std::max(ours, 1));
+  }
+  std::sort(others.begin(), others.end());
+  return short_spin_fits(others[others.size() / 2], threads, cpus);
+}
+
+std::string omp_wait_summary() {
+  const char* policy = std::getenv("OMP_WAIT_POLICY");
+  const char* spin = std::getenv("GOMP_SPINCOUNT");
+  if (!policy && !spin) return "libgomp default";
+  std::string s = policy ? policy : "";
+  if (spin) s += std::string(s.empty() ? "" : ", ") + "GOMP_SPINCOUNT=" + spin;
+  return s;
 }
 
 void ensure_blas_single_threaded() {

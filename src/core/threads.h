@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <exception>
 #include <mutex>
+#include <string>
 
 namespace zaya {
 
@@ -47,6 +48,31 @@ void parallel_for_dynamic(size_t n, int threads, const Fn& fn) {
   }
   if (error) std::rethrow_exception(error);
 }
+
+// OpenMP's waiting policy, chosen by `zaya` before the runtime starts (apps/zaya/main.cpp) when the user set
+// neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT: PASSIVE (threads sleep at barriers), plus a short spin of
+// kShortSpinCount iterations (~0.1-0.2 ms) when each of our threads has a CPU nobody else is running on.
+// Why both: threads that spin share a busy machine badly (training on 2 cores: -15-30% with a spin of this
+// length beside one or three busy processes, -60% with libgomp's default 3 ms spin), while threads that sleep
+// at once pay a futex wake on every parallel region (a ZAYA1-8B decode step runs ~330: +8-20% decode and
+// +8-26% small-model training with the short spin on an idle machine). docs/quantization.md, "OpenMP waits".
+constexpr long kShortSpinCount = 10000;
+
+// The machine's runnable tasks now: "procs_running N" of /proc/stat's text; -1 if the line is absent.
+int procs_running_from_proc_stat(const std::string& text);
+
+// Whether `threads` OpenMP threads may spin briefly: `others` runnable tasks besides ours leave each of them
+// a CPU of the `cpus` this process may run on.
+bool short_spin_fits(int others, int threads, int cpus);
+
+// Samples /proc/stat less this process's own running threads (5 times over ~8 ms, the median), this process's
+// CPUs and OpenMP thread count (OMP_NUM_THREADS, else the CPUs): short_spin_fits for this machine now. False
+// where /proc/stat is unreadable.
+bool machine_idle_for_short_spin();
+
+// The waiting policy this process runs with, for benchmark records: "PASSIVE, GOMP_SPINCOUNT=10000",
+// "ACTIVE", "libgomp default" ...
+std::string omp_wait_summary();
 
 // Pins OpenBLAS's own pthread pool to one thread (idempotent, thread-safe). Call before any cblas_*.
 void ensure_blas_single_threaded();
