@@ -66,11 +66,25 @@ bool machine_idle_for_short_spin() {
     const int n = std::atoi(env);  // "4" or "4,2": the outer level's count
     if (n >= 1) threads = n;
   }
+  // Ranks of one MPI job on this node that are not bound to CPUs of their own share these CPUs: count theirs.
+  if (cpus >= sysconf(_SC_NPROCESSORS_ONLN)) {
+    for (const char* var : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}) {
+      const char* env = std::getenv(var);
+      const int ranks = env ? std::atoi(env) : 0;
+      if (ranks > 1) {
+        threads *= ranks;
+        break;
+      }
+    }
+  }
   // Runnable tasks of other processes: the machine's count less this process's running threads (the reader,
-  // and OpenBLAS's pool, whose threads busy-wait for a while after the library loads).
-  std::vector<int> others;
-  for (int i = 0; i < 5; i++) {
-    if (i) usleep(2000);
+  // and OpenBLAS's pool, whose threads busy-wait for a while after the library loads). A neighbour that
+  // competes for the CPUs is runnable all the time; one that starts beside us and soon sleeps (the python or
+  // tee at the other end of a pipe, a shell) is not: so spin if the CPUs are free at any of up to 50 samples
+  // 10 ms apart (an idle machine answers at the first; a busy one costs 0.5 s once: a python interpreter at
+  // the other end of a pipe takes 0.1-0.4 s to start).
+  for (int i = 0; i < 50; i++) {
+    if (i) usleep(10000);
     std::ifstream f("/proc/stat");
     std::stringstream text;
     text << f.rdbuf();
@@ -85,10 +99,9 @@ bool machine_idle_for_short_spin() {
       const size_t paren = line.rfind(')');  // "tid (comm) S ...": comm may hold spaces and parentheses
       if (paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'R') ours++;
     }
-    others.push_back(n - std::max(ours, 1));
+    if (short_spin_fits(n - std::max(ours, 1), threads, cpus)) return true;
   }
-  std::sort(others.begin(), others.end());
-  return short_spin_fits(others[others.size() / 2], threads, cpus);
+  return false;
 }
 
 std::string omp_wait_summary() {

@@ -65,9 +65,10 @@ int procs_running_from_proc_stat(const std::string& text);
 // a CPU of the `cpus` this process may run on.
 bool short_spin_fits(int others, int threads, int cpus);
 
-// Samples /proc/stat less this process's own running threads (5 times over ~8 ms, the median), this process's
-// CPUs and OpenMP thread count (OMP_NUM_THREADS, else the CPUs): short_spin_fits for this machine now. False
-// where /proc/stat is unreadable.
+// short_spin_fits for this machine now: this process's CPUs and OpenMP threads (OMP_NUM_THREADS, else the
+// CPUs; times the node's MPI ranks where they are not bound to CPUs of their own) against /proc/stat's
+// runnable tasks less this process's own, sampled up to 50 times over 0.5 s: true at the first sample where
+// the CPUs are free. False where /proc/stat is unreadable.
 bool machine_idle_for_short_spin();
 
 // The waiting policy this process runs with, for benchmark records: "PASSIVE, GOMP_SPINCOUNT=10000",
