@@ -517,7 +517,7 @@ TEST(Threads, ShortSpinOnlyOnAnIdleMachine) {
   EXPECT_EQ(procs_running_from_proc_stat("procs_running -4\n"), -1);
   EXPECT_EQ(procs_running_from_proc_stat(""), -1);
   EXPECT_TRUE(short_spin_fits(0, 2, 2));
-  EXPECT_FALSE(short_spin_fits(1, 2, 2));  // one busy neighbour on 2 CPUs: spinning measured -15-30%
+  EXPECT_FALSE(short_spin_fits(1, 2, 2));  // one busy neighbour on 2 CPUs: spinning measured -21-29%
   EXPECT_TRUE(short_spin_fits(1, 1, 2));
   EXPECT_TRUE(short_spin_fits(6, 2, 8));
   EXPECT_FALSE(short_spin_fits(7, 2, 8));

@@ -52,10 +52,11 @@ void parallel_for_dynamic(size_t n, int threads, const Fn& fn) {
 // OpenMP's waiting policy, chosen by `zaya` before the runtime starts (apps/zaya/main.cpp) when the user set
 // neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT: PASSIVE (threads sleep at barriers), plus a short spin of
 // kShortSpinCount iterations (~0.1-0.2 ms) when each of our threads has a CPU nobody else is running on.
-// Why both: threads that spin share a busy machine badly (training on 2 cores: -15-30% with a spin of this
-// length beside one or three busy processes, -60% with libgomp's default 3 ms spin), while threads that sleep
-// at once pay a futex wake on every parallel region (a ZAYA1-8B decode step runs ~330: +8-20% decode and
-// +8-26% small-model training with the short spin on an idle machine). docs/quantization.md, "OpenMP waits".
+// Why both: threads that spin share a busy machine badly (small-model training on 2 cores: -12-29% with a spin
+// of this length beside one or three busy processes, -55-65% with libgomp's default 3 ms spin), while threads
+// that sleep at once pay a futex wake on every parallel region (a ZAYA1-8B decode step runs ~330: +10-35%
+// decode tok/s at batch 1 and 4 with the short spin on an idle machine; training, whose regions are long, moved
+// within the noise). docs/quantization.md, "OpenMP waits".
 constexpr long kShortSpinCount = 10000;
 
 // The machine's runnable tasks now: "procs_running N" of /proc/stat's text; -1 if the line is absent.
