@@ -203,6 +203,14 @@ TEST(Cli, OmpWaitPolicyDefaultsToPassiveAndKeepsTheUsersChoice) {
   EXPECT_NE(a.out.find("omp wait: ACTIVE\n"), std::string::npos) << a.out;
   Proc s = run("--version", "env -u OMP_WAIT_POLICY GOMP_SPINCOUNT=0");
   EXPECT_NE(s.out.find("omp wait: GOMP_SPINCOUNT=0\n"), std::string::npos) << s.out;
+  // More threads than any machine's CPUs (a count past int's range too): no spin, no overflow; a count that is
+  // no number reads as "the CPUs".
+  Proc h = run("--version", "env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT OMP_NUM_THREADS=99999999999999999999999");
+  EXPECT_EQ(h.status, 0) << h.out;
+  EXPECT_NE(h.out.find("omp wait: PASSIVE\n"), std::string::npos) << h.out;
+  Proc x = run("--version", "env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT OMP_NUM_THREADS=abc");
+  EXPECT_EQ(x.status, 0) << x.out;
+  EXPECT_NE(x.out.find("omp wait: PASSIVE"), std::string::npos) << x.out;
 }
 
 // --model may name the checkpoint's config.json: the directory is meant.

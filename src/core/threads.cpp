@@ -54,21 +54,28 @@ bool short_spin_fits(int others, int threads, int cpus) {
   return others >= 0 && threads >= 1 && others + threads <= cpus;
 }
 
+// A positive count at the start of an environment variable ("4", "4,2": the outer level's), else 0; values
+// beyond 1 << 20 (no machine has that many threads) clamp there rather than overflow.
+static int env_count(const char* name) {
+  const char* env = std::getenv(name);
+  if (!env) return 0;
+  char* end = nullptr;
+  const long n = std::strtol(env, &end, 10);
+  if (end == env || n < 1) return 0;
+  return int(std::min<long>(n, 1 << 20));
+}
+
 bool machine_idle_for_short_spin() {
   cpu_set_t set;
   CPU_ZERO(&set);
   if (sched_getaffinity(0, sizeof(set), &set) != 0) return false;
   const int cpus = CPU_COUNT(&set);
-  int threads = cpus;
-  if (const char* env = std::getenv("OMP_NUM_THREADS")) {
-    const int n = std::atoi(env);  // "4" or "4,2": the outer level's count
-    if (n >= 1) threads = n;
-  }
+  int threads = env_count("OMP_NUM_THREADS");
+  if (threads == 0) threads = cpus;
   // Ranks of one MPI job on this node that are not bound to CPUs of their own share these CPUs: count theirs.
   if (cpus >= sysconf(_SC_NPROCESSORS_ONLN)) {
     for (const char* var : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}) {
-      const char* env = std::getenv(var);
-      const int ranks = env ? std::atoi(env) : 0;
+      const int ranks = env_count(var);
       if (ranks > 1) {
         threads *= ranks;
         break;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/profile.h"
+
 namespace zaya {
 
 ZayaCache::ZayaCache(const ZayaConfig& cfg, int64_t batch) : B(batch) {
@@ -27,6 +29,7 @@ void ZayaCache::reset() {
 }
 
 void ZayaCache::reserve(const ZayaConfig& cfg, int64_t n) {
+  ZAYA_PROFILE_SCOPE("cache_reserve");  // a regrowth copies the keys and faults in fresh pages
   const int64_t Hk = cfg.num_key_value_heads, d = cfg.head_dim;
   for (auto& l : layers) {
     if (l.len + n <= l.cap) continue;

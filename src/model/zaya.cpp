@@ -449,10 +449,7 @@ void zaya_forward(const ZayaModel& model, ZayaCache& cache, const int32_t* ids, 
 
   embed_rows(x, ids, T, w, H, V);
   if (opt.tap_hidden) std::memcpy(out.hidden.data(), x, T * H * sizeof(float));
-  {
-    ZAYA_PROFILE_SCOPE("cache_reserve");
-    cache.reserve(c, S);
-  }
+  cache.reserve(c, S);
 
   if (rec) rec->zero_pads = zero_pads;
   BlockCall call = rows_call(cache, B, S, pos);
