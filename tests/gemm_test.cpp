@@ -164,6 +164,28 @@ TEST(Gemm, MixedRoundsTheFp32Operand) {
   EXPECT_EQ(c, 3.0f);
 }
 
+// Where oneDNN has no bf16 matmul (AVX2-only CPUs), bf16 products widen their operands to fp32: forced here
+// so that every machine runs that path. The same tolerance as the native bf16 products (both accumulate in
+// fp32), the mixed-dtype rounding kept (an fp32 operand still enters as its bf16 value).
+TEST(Gemm, Bf16WidenedToFp32WhereOneDnnHasNoBf16) {
+  const bool native = gemm_onednn_bf16();
+  set_gemm_onednn_bf16(false);
+  EXPECT_FALSE(gemm_onednn_bf16());
+  for (GemmBackend b :
+       {GemmBackend::Auto, GemmBackend::OneDnn, GemmBackend::OneDnnRuntimeM, GemmBackend::OneDnnRuntimeMK}) {
+    check_backend(b, DType::BF16, DType::BF16, 1e-3);
+    check_backend(b, DType::F32, DType::BF16, 1e-3);
+    check_backend(b, DType::BF16, DType::F32, 1e-3);
+  }
+  const float a = 1.0f + 1.0f / 1024.0f;  // rounds to exactly 1 in bf16
+  const uint16_t three = f32_to_bf16(3.0f);
+  float c = 0;
+  gemm(1, 1, 1, 1.0f, mat(&a, 1), MatRef{&three, DType::BF16, 1, false}, 0.0f, &c, 1);
+  EXPECT_EQ(c, 3.0f);
+  set_gemm_onednn_bf16(true);
+  EXPECT_EQ(gemm_onednn_bf16(), native);  // back to what this CPU has
+}
+
 TEST(Gemm, ZeroSizes) {
   std::vector<float> A(64, 1.0f), B(64, 1.0f);
   for (GemmBackend b : {GemmBackend::Auto, GemmBackend::OneDnn, GemmBackend::Small, GemmBackend::OpenBlas,

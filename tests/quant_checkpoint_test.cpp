@@ -170,8 +170,12 @@ TEST(QuantCheckpoint, NoMmapMovesMappedMatricesAndKeepsTheLogits) {
       EXPECT_EQ(0, std::memcmp(a.data, b.data, a.nbytes())) << c.dir << ": " << pm[i].name;
       if (a.data != b.data && reinterpret_cast<uintptr_t>(b.data) % kHugePageBytes == 0) moved++;
     }
-    if (c.moves) EXPECT_GT(moved, 0) << c.dir << ": no matrix moved out of the mapping";
-    if (copied.cfg.tie_word_embeddings) EXPECT_EQ(copied.w.lm_head.data, copied.w.embed.data) << c.dir;
+    if (c.moves) {
+      EXPECT_GT(moved, 0) << c.dir << ": no matrix moved out of the mapping";
+    }
+    if (copied.cfg.tie_word_embeddings) {
+      EXPECT_EQ(copied.w.lm_head.data, copied.w.embed.data) << c.dir;
+    }
     std::vector<float> logits[2];
     for (int i = 0; i < 2; i++) {
       ZayaCache cache((i ? copied : mapped).cfg, in.B);

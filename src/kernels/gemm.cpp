@@ -131,7 +131,7 @@ class ScratchBuffer {
   size_t capacity_ = 0;
 };
 
-thread_local ScratchBuffer t_bf16_a, t_bf16_b, t_dnnl_scratchpad;
+thread_local ScratchBuffer t_bf16_a, t_bf16_b, t_f32_a, t_f32_b, t_dnnl_scratchpad;
 
 // Element (r, c) of op(X) as float (slow path: the reference backend only).
 inline float load(const MatRef& X, int64_t r, int64_t c) {
@@ -187,6 +187,25 @@ MatRef to_bf16(const MatRef& X, int64_t rows, int64_t cols, ScratchBuffer& buf) 
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
   for (int64_t r = 0; r < rows; r++) convert_f32_to_bf16(dst + r * cols, src + r * X.ld, cols);
   return {dst, DType::BF16, cols, X.trans};
+}
+
+// The fp32 copy of operand X (stored as [rows, cols], row stride X.ld) holding its bf16 values: bf16 elements
+// widened, fp32 ones rounded to bf16 and widened back (a bf16 product's inputs, exactly), packed into `buf`.
+// For CPUs where oneDNN has no bf16 matmul (see gemm_onednn_bf16).
+MatRef to_f32_of_bf16(const MatRef& X, int64_t rows, int64_t cols, ScratchBuffer& buf) {
+  auto* dst = static_cast<float*>(buf.get(size_t(rows * cols) * sizeof(float)));
+  const int nt = rows * cols >= (int64_t(1) << 16) ? threads_here() : 1;
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+  for (int64_t r = 0; r < rows; r++) {
+    float* d = dst + r * cols;
+    if (X.dtype == DType::BF16) {
+      convert_bf16_to_f32(d, static_cast<const uint16_t*>(X.data) + r * X.ld, cols);
+    } else {
+      const float* src = static_cast<const float*>(X.data) + r * X.ld;
+      for (int64_t c = 0; c < cols; c++) d[c] = bf16_to_f32(f32_to_bf16(src[c]));
+    }
+  }
+  return {dst, DType::F32, cols, X.trans};
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -393,6 +412,27 @@ void onednn_gemm(bool runtime_m, bool runtime_k, int64_t M, int64_t N, int64_t K
   }
 }
 
+// Whether oneDNN creates bf16 matmuls on this CPU: a 1x1x1 primitive, once.
+bool probe_onednn_bf16() {
+  try {
+    PrimitiveKey key{};
+    key.M = key.N = key.K = 1;
+    key.lda = key.ldb = key.ldc = 1;
+    key.bf16 = true;
+    key.threads = 1;
+    const float one = 1.0f, zero = 0.0f;
+    std::memcpy(&key.alpha_bits, &one, 4);
+    std::memcpy(&key.beta_bits, &zero, 4);
+    create_primitive(key);
+    return true;
+  } catch (const dnnl::error&) {
+    return false;
+  }
+}
+
+// -1 until first read (then the probe and ZAYA_ONEDNN_BF16 decide), else 0 or 1.
+std::atomic<int> g_onednn_bf16{-1};
+
 // ---------------------------------------------------------------------------------------------------------
 // Dispatch.
 
@@ -501,8 +541,14 @@ void gemm_with(GemmBackend backend, int64_t M, int64_t N, int64_t K, float alpha
     return;
   }
   MatRef a = A, b = B;
-  if (bf16 && a.dtype == DType::F32) a = to_bf16(a, a.trans ? K : M, a.trans ? M : K, t_bf16_a);
-  if (bf16 && b.dtype == DType::F32) b = to_bf16(b, b.trans ? N : K, b.trans ? K : N, t_bf16_b);
+  if (bf16 && !gemm_onednn_bf16()) {
+    // No bf16 matmul in oneDNN here: the same bf16 values in fp32, products exact, fp32 accumulation.
+    a = to_f32_of_bf16(a, a.trans ? K : M, a.trans ? M : K, t_f32_a);
+    b = to_f32_of_bf16(b, b.trans ? N : K, b.trans ? K : N, t_f32_b);
+  } else if (bf16) {
+    if (a.dtype == DType::F32) a = to_bf16(a, a.trans ? K : M, a.trans ? M : K, t_bf16_a);
+    if (b.dtype == DType::F32) b = to_bf16(b, b.trans ? N : K, b.trans ? K : N, t_bf16_b);
+  }
   onednn_gemm(backend == GemmBackend::OneDnnRuntimeM || backend == GemmBackend::OneDnnRuntimeMK,
               backend == GemmBackend::OneDnnRuntimeMK, M, N, K, alpha, a, b, beta, C, ldc);
 }
@@ -518,6 +564,21 @@ void set_gemm_batch_invariant(bool on) {
 
 bool gemm_batch_invariant() {
   return batch_invariant_now();
+}
+
+bool gemm_onednn_bf16() {
+  int v = g_onednn_bf16.load(std::memory_order_acquire);
+  if (v < 0) {
+    const char* env = std::getenv("ZAYA_ONEDNN_BF16");
+    v = probe_onednn_bf16() && !(env && std::strcmp(env, "0") == 0) ? 1 : 0;
+    int expected = -1;
+    if (!g_onednn_bf16.compare_exchange_strong(expected, v)) v = expected;
+  }
+  return v == 1;
+}
+
+void set_gemm_onednn_bf16(bool on) {
+  g_onednn_bf16.store(on && probe_onednn_bf16() ? 1 : 0, std::memory_order_release);
 }
 
 int64_t gemm_cached_primitives() {

@@ -77,6 +77,16 @@ void gemm_with(GemmBackend backend, int64_t M, int64_t N, int64_t K, float alpha
 void set_gemm_batch_invariant(bool on);
 bool gemm_batch_invariant();
 
+// Whether bf16 products on the oneDNN backends run as oneDNN bf16 matmuls. oneDNN 2.x builds those only on
+// AVX-512 CPUs; on AVX2-only ones (AMD Zen 3, Intel before Skylake-SP) they would fail, so there both
+// operands are widened to fp32 (the same bf16 values, exactly; products of two bf16 are exact in fp32) and
+// take oneDNN's fp32 matmul: a bf16 product's result up to the order of the fp32 sums, at fp32 speed.
+// Probed once (a 1x1x1 bf16 primitive); `ZAYA_ONEDNN_BF16=0` in the environment forces the widening.
+bool gemm_onednn_bf16();
+// Tests: false widens every bf16 oneDNN product; true restores oneDNN's bf16 where this CPU has it. Flip it
+// only while no gemm() call is in flight.
+void set_gemm_onednn_bf16(bool on);
+
 // Number of oneDNN primitives currently held by gemm()'s cache (for tests and diagnostics).
 int64_t gemm_cached_primitives();
 

@@ -59,7 +59,7 @@ QMat qmat(const Tensor& W, int64_t expert) {
 // MXFP4 pairs its elements (2k in the low nibble, 2k+1 in the high one); the kernel expands the low
 // nibbles of a block to one vector and the high ones to another, so it reads the activations of each block
 // of 32 as [16 even elements | 16 odd ones]: a[M, K] -> out[M, K] in that order.
-void deinterleave_blocks(float* out, int64_t ldo, const float* a, int64_t M, int64_t K) {
+[[maybe_unused]] void deinterleave_blocks(float* out, int64_t ldo, const float* a, int64_t M, int64_t K) {
   for (int64_t m = 0; m < M; m++) {
     for (int64_t b = 0; b < K; b += kQuantBlock) {
       const float* src = a + m * K + b;
@@ -860,7 +860,8 @@ bool takes_bf16_dot(DType fmt, int64_t M, int64_t K, DType tile) {
 }
 
 // in[M, K] rounded to bf16 (nearest even) into buf; returns its data.
-const uint16_t* bf16_activations(const float* in, int64_t M, int64_t K, std::vector<uint16_t>* buf) {
+[[maybe_unused]] const uint16_t* bf16_activations(const float* in, int64_t M, int64_t K,
+                                                  std::vector<uint16_t>* buf) {
   buf->resize(size_t(M * K));
   convert_f32_to_bf16(buf->data(), in, M * K);
   return buf->data();

@@ -129,13 +129,24 @@ double zaya_backward(const ZayaModel& model, const Activations& acts, const int3
   if (counted == 0) return 0.0;  // nothing counted: the loss is defined as 0, with no gradient
   const int64_t N = count_total > 0 ? count_total : counted;  // the loss normaliser
 
+  ForwardScratch local_scratch;
+  ForwardScratch& rsc = scratch ? *scratch : local_scratch;
+  ForwardScratch::Backward& bs = rsc.backward;
+  // The same contents as fresh zero-filled vectors, without the page faults once capacity is there.
+  auto zeroed = [](std::vector<float>& v, int64_t n) -> std::vector<float>& {
+    v.assign(size_t(n), 0.f);
+    return v;
+  };
+
   // ---- LM head and cross-entropy (spec §6.1), one chunk of rows at a time ----
-  std::vector<float> dz(T * H, 0.f), dx(T * H, 0.f);
+  std::vector<float>& dz = zeroed(bs.dz, T * H);
+  std::vector<float>& dx = zeroed(bs.dx, T * H);
   // ≤64 MB of logits per chunk: large enough that ḡW_lm (a [V, H] accumulation per chunk) is not re-read
   // and re-written many times per step.
   const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(T, (int64_t(1) << 24) / V));
-  std::vector<float> logits(chunk * V);
-  std::vector<uint16_t> z16, dlogits16;
+  std::vector<float>& logits = zeroed(bs.logits, chunk * V);
+  std::vector<uint16_t>& z16 = bs.z16;
+  std::vector<uint16_t>& dlogits16 = bs.dlogits16;
   const float* head_bias = opt_f32(w.lm_head_bias);
   double loss_sum = 0;
   for (int64_t t0 = 0; t0 < T; t0 += chunk) {
@@ -199,15 +210,27 @@ double zaya_backward(const ZayaModel& model, const Activations& acts, const int3
     key_valid.resize(T);
     for (int64_t t = 0; t < T; t++) key_valid[t] = acts.mask[t] != 0;
   }
-  std::vector<float> dm_(T * H), dy(T * H), du(T * H), da(T * H), dh(T * H), docat(T * A);
-  std::vector<float> dweight(T), dlogit(T * (E + 1)), dr2(T * R), dr1(T * R), drho(T * R),
-      drho_carry(T * R, 0.f);
-  std::vector<float> dqk(T * C), dvals(T * Kv), dmixed(T * C), draw(T * C), dqkv(T * NQ);
-  std::vector<float> frames((P + S) * C), dframes((P + S) * C);
+  std::vector<float>& dm_ = zeroed(bs.dm, T * H);
+  std::vector<float>& dy = zeroed(bs.dy, T * H);
+  std::vector<float>& du = zeroed(bs.du, T * H);
+  std::vector<float>& da = zeroed(bs.da, T * H);
+  std::vector<float>& dh = zeroed(bs.dh, T * H);
+  std::vector<float>& docat = zeroed(bs.docat, T * A);
+  std::vector<float>& dweight = zeroed(bs.dweight, T);
+  std::vector<float>& dlogit = zeroed(bs.dlogit, T * (E + 1));
+  std::vector<float>& dr2 = zeroed(bs.dr2, T * R);
+  std::vector<float>& dr1 = zeroed(bs.dr1, T * R);
+  std::vector<float>& drho = zeroed(bs.drho, T * R);
+  std::vector<float>& drho_carry = zeroed(bs.drho_carry, T * R);
+  std::vector<float>& dqk = zeroed(bs.dqk, T * C);
+  std::vector<float>& dvals = zeroed(bs.dvals, T * Kv);
+  std::vector<float>& dmixed = zeroed(bs.dmixed, T * C);
+  std::vector<float>& draw = zeroed(bs.draw, T * C);
+  std::vector<float>& dqkv = zeroed(bs.dqkv, T * NQ);
+  std::vector<float>& frames = zeroed(bs.frames, (P + S) * C);
+  std::vector<float>& dframes = zeroed(bs.dframes, (P + S) * C);
   // Recomputation: one block's activations at a time, re-run from what the forward kept.
-  LayerActivations recomputed;
-  ForwardScratch local_scratch;
-  ForwardScratch& rsc = scratch ? *scratch : local_scratch;
+  LayerActivations& recomputed = bs.recomputed;
 
   for (int64_t li = L - 1; li >= 0; li--) {
     if (acts.recompute) zaya_recompute_block(model, acts, li, recomputed, rsc);

@@ -110,6 +110,20 @@ struct ForwardScratch {
   std::vector<float> head_in;  // [rows, H] the hidden rows whose logits are wanted
   MoeScratch moe;
   MoeBackwardScratch moe_backward;  // zaya_backward's experts
+  // zaya_backward's own gradient rows, kept between steps for the same reason as train_acts: fresh, they
+  // are ~170 MB of page faults per step on mid.json, 4 x 512 (0.2-0.3 s in a VM). Zero-filled on each
+  // call, as fresh vectors would be.
+  struct Backward {
+    std::vector<float> dz, dx, dm, dy, du, da, dh;  // [T, H]
+    std::vector<float> docat;                       // [T, A]
+    std::vector<float> logits;                      // [chunk, V] one chunk of logits, then of their gradient
+    std::vector<uint16_t> z16, dlogits16;           // their bf16 copies, with bf16 weights
+    std::vector<float> dweight, dlogit;             // [T], [T, E+1]
+    std::vector<float> dr2, dr1, drho, drho_carry;  // [T, R]
+    std::vector<float> dqk, dmixed, draw, dvals, dqkv;  // [T, C] x3, [T, Kv], [T, C+Kv]
+    std::vector<float> frames, dframes;                 // [P+S, C]
+    LayerActivations recomputed;  // with ForwardOptions::recompute: one block's, re-run from what was kept
+  } backward;
   // A training step's recording (ForwardOptions::record), kept here between steps: its vectors keep their
   // capacity, so the next step's ~1 GB (mid.json, 4 x 512) is not page-faulted in and zero-filled again
   // (every element is assigned by the recording forward before the backward reads it).
