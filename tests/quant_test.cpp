@@ -180,6 +180,14 @@ TEST(QuantFormat, MalformedScalesAreErrors) {
   EXPECT_THROW(quantize(random_f32({4, 40}, 1), DType::MXFP4), Error);  // 40 is not whole blocks
 }
 
+// The fp32 streaming kernels: the one decode takes on this build (StreamF32), and the AVX2 one that builds
+// without AVX-512 take, which every AVX2 build tests here too.
+std::vector<QuantPath> stream_paths() {
+  std::vector<QuantPath> paths = {QuantPath::StreamF32};
+  if (quant_avx2_stream_available()) paths.push_back(QuantPath::StreamAvx2);
+  return paths;
+}
+
 // The fp32 streaming kernel at every row count a decode step or a prefill chunk gives, for each format.
 TEST(QuantGemm, StreamEqualsDequantizedProduct) {
   for (DType f : kStreamed) {
@@ -190,10 +198,13 @@ TEST(QuantGemm, StreamEqualsDequantizedProduct) {
         Tensor a = random_f32({M, K}, 7 + uint32_t(M));
         std::vector<double> want, bound;
         reference(&want, &bound, W, 0, a.f32(), M);
-        std::vector<float> got(size_t(M * N), NAN);
-        quant_linear_forward_with(QuantPath::StreamF32, got.data(), N, a.f32(), M, W);
-        EXPECT_LE(worst_ratio(got.data(), want, bound), 1.0)
-            << quant_scheme_name(f) << " K=" << K << " M=" << M;
+        for (QuantPath path : stream_paths()) {
+          std::vector<float> got(size_t(M * N), NAN);
+          quant_linear_forward_with(path, got.data(), N, a.f32(), M, W);
+          EXPECT_LE(worst_ratio(got.data(), want, bound), 1.0)
+              << quant_scheme_name(f) << " K=" << K << " M=" << M
+              << " avx2=" << (path == QuantPath::StreamAvx2);
+        }
       }
     }
   }
@@ -230,13 +241,15 @@ TEST(QuantGemm, StreamIsBatchInvariant) {
       const int64_t M = 19;
       Tensor W = weight_in(f, {N, K}, 9);
       Tensor a = random_f32({M, K}, 10);
-      std::vector<float> all(size_t(M * N));
-      quant_linear_forward_with(QuantPath::StreamF32, all.data(), N, a.f32(), M, W);
-      for (int64_t m = 0; m < M; m++) {
-        std::vector<float> one(static_cast<size_t>(N));
-        quant_linear_forward_with(QuantPath::StreamF32, one.data(), N, a.f32() + m * K, 1, W);
-        EXPECT_EQ(0, std::memcmp(one.data(), all.data() + m * N, size_t(N) * 4))
-            << quant_scheme_name(f) << " m=" << m;
+      for (QuantPath path : stream_paths()) {
+        std::vector<float> all(size_t(M * N));
+        quant_linear_forward_with(path, all.data(), N, a.f32(), M, W);
+        for (int64_t m = 0; m < M; m++) {
+          std::vector<float> one(static_cast<size_t>(N));
+          quant_linear_forward_with(path, one.data(), N, a.f32() + m * K, 1, W);
+          EXPECT_EQ(0, std::memcmp(one.data(), all.data() + m * N, size_t(N) * 4))
+              << quant_scheme_name(f) << " m=" << m << " avx2=" << (path == QuantPath::StreamAvx2);
+        }
       }
     }
 }

@@ -9,7 +9,7 @@
 #include <cstring>
 #include <vector>
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 // GCC 12 warns inside its own AVX-512 headers (the masked forms of cvtph2ps / pmovsxbd / cvtdq2ps start
 // from an undefined vector): a known false positive, not about this file's variables.
@@ -298,6 +298,134 @@ void dequant_rows(float* out32, uint16_t* out16, const QMat& w, int64_t n0, int6
 }
 
 #endif  // __AVX512F__
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define ZAYA_STREAM_AVX2 1
+
+// ---- The fp32 streaming kernel on 256-bit vectors: decode on CPUs without AVX-512 (AMD Zen 3, Intel
+// before Skylake-SP), and on every AVX2 build through QuantPath::StreamAvx2 (tests). ----
+
+// The 32 elements of block b of a row as four fp32 vectors of 8 (unscaled; FP8 times 2^-8 as in the AVX-512
+// kernel): elements [0, 8), [8, 16), [16, 24), [24, 32), or for MXFP4 the even ones then the odd ones.
+template <DType F>
+inline void load_block8(const uint8_t* row, int64_t b, __m256* v) {
+  if constexpr (F == DType::Q8_0) {
+    const uint8_t* p = row + b * 32;
+    for (int j = 0; j < 4; j++)
+      v[j] = _mm256_cvtepi32_ps(
+          _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8 * j))));
+  } else if constexpr (F == DType::MXFP4) {
+    // E2M1 codes -> twice their value as int8 (0, ±0.5, ... ±6 -> 0, ±1, ... ±12); the scale halves them.
+    const __m128i table = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + b * 16));
+    const __m128i nib = _mm_set1_epi8(15);
+    const __m128i lo = _mm_shuffle_epi8(table, _mm_and_si128(bytes, nib));
+    const __m128i hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(bytes, 4), nib));
+    v[0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo));
+    v[1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)));
+    v[2] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi));
+    v[3] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)));
+  } else if constexpr (F == DType::BF16) {
+    const auto* p = reinterpret_cast<const __m128i*>(row + b * 64);
+    for (int j = 0; j < 4; j++)
+      v[j] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(p + j)), 16));
+  } else {
+    // e4m3 -> fp16 times 2^-8, as load_block: S.EEEE.MMM -> S.0EEEE.MMM0000000.
+    const uint8_t* p = row + b * 32;
+    for (int j = 0; j < 4; j++) {
+      const __m128i w = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8 * j)));
+      const __m128i h = _mm_and_si128(_mm_srai_epi16(_mm_slli_epi16(w, 8), 1), _mm_set1_epi16(short(0xBFFF)));
+      v[j] = _mm256_cvtph_ps(h);
+    }
+  }
+}
+
+// Block b's scale (Q8_0: fp16; MXFP4: E8M0 times 1/2 for load_block8's doubled values).
+template <DType F>
+inline float block_scale8(const void* scales, int64_t b) {
+  if constexpr (F == DType::Q8_0) return f16_to_f32(static_cast<const uint16_t*>(scales)[b]);
+  return e8m0_to_f32(static_cast<const uint8_t*>(scales)[b]) * 0.5f;
+}
+
+// out[m, n] = Σ_k W[n, k]·a[m, k] for n in [n0, n1), m in [0, MR) (row m of `a` at a + m·lda; MXFP4:
+// deinterleaved per block). Each weight row streams front to back; every block becomes four fp32 vectors
+// times its scale and meets every activation row: one chain of fmas per (row, activation row) over the blocks
+// in order, so a result depends on its weight row and activation row only (batch invariant).
+template <DType F, int MR>
+void stream_rows8(float* out, int64_t ldc, const float* a, int64_t lda, const QMat& w, int64_t n0,
+                  int64_t n1) {
+  constexpr bool kBlockScales = F == DType::Q8_0 || F == DType::MXFP4;
+  constexpr int kScaleBytes = F == DType::Q8_0 ? 2 : 1;
+  const int64_t nb = w.K / 32;
+  for (int64_t n = n0; n < n1; n++) {
+    const uint8_t* row = w.q + size_t(n) * w.row_bytes;
+    const void* srow = kBlockScales
+                           ? static_cast<const char*>(w.scales) + size_t(n * w.scales_per_row) * kScaleBytes
+                           : nullptr;
+    __m256 acc[MR];
+    for (int m = 0; m < MR; m++) acc[m] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+      __m256 v[4];
+      load_block8<F>(row, b, v);
+      if constexpr (kBlockScales) {
+        const __m256 d = _mm256_set1_ps(block_scale8<F>(srow, b));
+        for (int j = 0; j < 4; j++) v[j] = _mm256_mul_ps(v[j], d);
+      }
+#pragma GCC unroll 8
+      for (int m = 0; m < MR; m++) {
+        const float* am = a + m * lda + b * 32;
+        for (int j = 0; j < 4; j++) acc[m] = _mm256_fmadd_ps(v[j], _mm256_loadu_ps(am + 8 * j), acc[m]);
+      }
+    }
+    float rs = 1.0f;
+    if constexpr (F == DType::F8_E4M3)
+      rs = static_cast<const float*>(w.scales)[n * w.scales_per_row] * 256.0f;
+    for (int m = 0; m < MR; m++) {
+      // Lanes summed in a fixed tree: (0+4, 1+5, 2+6, 3+7), then pairs.
+      const __m128 q = _mm_add_ps(_mm256_castps256_ps128(acc[m]), _mm256_extractf128_ps(acc[m], 1));
+      const __m128 h = _mm_add_ps(q, _mm_movehl_ps(q, q));
+      out[m * ldc + n] = _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps(h, h, 1))) * rs;
+    }
+  }
+}
+
+// Rows [n0, n1) for all M activation rows, 4, 2 and 1 activation rows at a time. With more than 4 rows each
+// weight row meets several groups: the weight rows go in slices of about 128 kB, which later groups find in
+// L2.
+template <DType F>
+void stream_tile8(float* out, int64_t ldc, const float* a, int64_t lda, int64_t M, const QMat& w, int64_t n0,
+                  int64_t n1) {
+  const int64_t slice = M > 4 ? std::max<int64_t>(4, int64_t(128 << 10) / int64_t(w.row_bytes)) : n1 - n0;
+  for (int64_t s0 = n0; s0 < n1; s0 += slice) {
+    const int64_t s1 = std::min(n1, s0 + slice);
+    int64_t m = 0;
+    for (; m + 4 <= M; m += 4) stream_rows8<F, 4>(out + m * ldc, ldc, a + m * lda, lda, w, s0, s1);
+    if (M - m >= 2) stream_rows8<F, 2>(out + m * ldc, ldc, a + m * lda, lda, w, s0, s1), m += 2;
+    if (M - m >= 1) stream_rows8<F, 1>(out + m * ldc, ldc, a + m * lda, lda, w, s0, s1);
+  }
+}
+
+// Whether the AVX2 kernel takes W: whole blocks of 32 in a format it reads.
+bool stream8_takes(const QMat& w) {
+  return w.K % 32 == 0 &&
+         (w.fmt == DType::Q8_0 || w.fmt == DType::MXFP4 || w.fmt == DType::F8_E4M3 || w.fmt == DType::BF16);
+}
+
+void stream_tile8_any(float* out, int64_t ldc, const float* a, int64_t lda, int64_t M, const QMat& w,
+                      int64_t n0, int64_t n1) {
+  switch (w.fmt) {
+    case DType::Q8_0:
+      return stream_tile8<DType::Q8_0>(out, ldc, a, lda, M, w, n0, n1);
+    case DType::MXFP4:
+      return stream_tile8<DType::MXFP4>(out, ldc, a, lda, M, w, n0, n1);
+    case DType::F8_E4M3:
+      return stream_tile8<DType::F8_E4M3>(out, ldc, a, lda, M, w, n0, n1);
+    default:
+      return stream_tile8<DType::BF16>(out, ldc, a, lda, M, w, n0, n1);
+  }
+}
+
+#endif  // ZAYA_STREAM_AVX2
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
 #define ZAYA_DECODE_VNNI 1
@@ -681,7 +809,17 @@ void dot16_tile_any(float* out, int64_t ldc, const uint16_t* a, int64_t M, const
 
 // Rows [n0, n1) of out[M, N] (stride ldc) from a[M, K] (fp32; MXFP4: deinterleaved when AVX-512).
 void stream_tile_any(float* out, int64_t ldc, const float* a, int64_t lda, int64_t M, const QMat& w,
-                     int64_t n0, int64_t n1) {
+                     int64_t n0, int64_t n1, bool avx2 = false) {
+#if defined(ZAYA_STREAM_AVX2)
+#if defined(__AVX512F__)
+  const bool take8 = avx2;  // AVX-512 builds: only when asked (tests, benchmarks)
+#else
+  const bool take8 = true;
+#endif
+  if (take8 && stream8_takes(w)) return stream_tile8_any(out, ldc, a, lda, M, w, n0, n1);
+#else
+  ZAYA_CHECK(!avx2, "quant_linear_forward: this build has no AVX2 streaming kernel");
+#endif
 #if defined(__AVX512F__)
   if (w.K % 32 == 0) {
     switch (w.fmt) {
@@ -722,7 +860,7 @@ void stream_tile_any(float* out, int64_t ldc, const float* a, int64_t lda, int64
 const float* stream_input(const float* in, int64_t M, int64_t K, DType fmt, std::vector<float>* buf,
                           int64_t* lda) {
   *lda = K;
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(ZAYA_STREAM_AVX2)
   if (fmt == DType::MXFP4 && K % 32 == 0) {
     buf->resize(size_t(M * K));
     deinterleave_blocks(buf->data(), K, in, M, K);
@@ -949,6 +1087,14 @@ int64_t bf16_dot_min_rows(DType fmt) {
   return fmt == DType::BF16 && cpu_full_width_avx512() ? 1 : kBf16DotMinRows;
 }
 
+bool quant_avx2_stream_available() {
+#if defined(ZAYA_STREAM_AVX2)
+  return true;
+#else
+  return false;
+#endif
+}
+
 bool quant_bf16_dot_available() {
 #if defined(ZAYA_DECODE_BF16_DOT)
   return true;
@@ -992,7 +1138,8 @@ void quant_linear_forward_with(QuantPath path, float* out, int64_t ldc, const fl
 #endif
   }
 #if defined(ZAYA_DECODE_VNNI)
-  const DecodePack* pack = path == QuantPath::StreamF32 ? nullptr : decode_pack_of(W);
+  const DecodePack* pack =
+      path == QuantPath::StreamF32 || path == QuantPath::StreamAvx2 ? nullptr : decode_pack_of(W);
   if (const DecodePack* p = pack) {
     thread_local ActQ8
         aq_here;  // the calling thread's; a lambda naming a thread_local reads its own thread's
@@ -1012,8 +1159,9 @@ void quant_linear_forward_with(QuantPath path, float* out, int64_t ldc, const fl
   std::vector<Tile> tiles;
   const int64_t tr = tile_rows(w.N, 1, threads_here());
   for (int64_t n0 = 0; n0 < w.N; n0 += tr) tiles.push_back({0, n0, std::min(w.N, n0 + tr)});
+  const bool avx2 = path == QuantPath::StreamAvx2;
   run_tiles(tiles, size_t(w.N) * w.row_bytes,
-            [&](const Tile& t) { stream_tile_any(out, ldc, a, lda, M, w, t.n0, t.n1); });
+            [&](const Tile& t) { stream_tile_any(out, ldc, a, lda, M, w, t.n0, t.n1, avx2); });
 }
 
 void quant_linear_forward(float* out, int64_t ldc, const float* in, int64_t M, const Tensor& W, DType tile) {

@@ -74,7 +74,9 @@ void quantize_activations(ActQ8* out, const float* in, int64_t M, int64_t K);
 // VNNI kernel over a pack; the bf16 dot kernel for BF16 / FP8 weights when takes it, see below; else the
 // fp32 streaming kernel). StreamF32: the fp32 streaming kernel on W's own layout, always. Bf16Dot: the bf16
 // dot kernel, always (BF16 / FP8 weights, K a multiple of 32, a build with AVX512-BF16; an error otherwise).
-enum class QuantPath { Auto, Stream, StreamF32, Bf16Dot, DequantGemm };
+// StreamAvx2: the fp32 streaming kernel on 256-bit vectors, which decode takes in builds without AVX-512
+// (AMD Zen 3, older Intel); any AVX2 build runs it here (an error in builds without AVX2 / FMA / F16C).
+enum class QuantPath { Auto, Stream, StreamF32, StreamAvx2, Bf16Dot, DequantGemm };
 
 // The bf16 dot kernel (BF16 and FP8 weights; builds with AVX512-BF16): the activations are rounded to bf16
 // (nearest even) once per call, FP8 weights are widened to bf16 exactly (every e4m3 value is a bf16 value),
@@ -91,6 +93,7 @@ constexpr int64_t kBf16DotMinRows = 4;
 // kBf16DotMinRows otherwise (FP8's widening costs more than one row's fmas; Zen 4's memory is the limit).
 int64_t bf16_dot_min_rows(DType fmt);
 bool quant_bf16_dot_available();
+bool quant_avx2_stream_available();
 void quant_linear_forward_with(QuantPath path, float* out, int64_t ldc, const float* in, int64_t M,
                                const Tensor& W, DType tile = DType::BF16);
 
