@@ -211,7 +211,10 @@ void dequantize_row(float* out, const Tensor& W, int64_t row) {
     case DType::Q8_0: {
       const auto* q = reinterpret_cast<const int8_t*>(base);
       const uint16_t* d = static_cast<const uint16_t*>(W.scales->data) + row * (cols / kQuantBlock);
-      for (int64_t j = 0; j < cols; j++) out[j] = float(q[j]) * f16_to_f32(d[j / kQuantBlock]);
+      for (int64_t b = 0; b < cols; b += kQuantBlock) {  // one scale a block: the inner loop vectorises
+        const float scale = f16_to_f32(d[b / kQuantBlock]);
+        for (int64_t j = b; j < b + kQuantBlock; j++) out[j] = float(q[j]) * scale;
+      }
       return;
     }
     case DType::MXFP4: {
