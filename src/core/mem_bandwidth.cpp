@@ -6,7 +6,7 @@
 #include <cstring>
 #include <memory>
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
@@ -29,6 +29,21 @@ float read_all(const float* p, size_t n) {
     a3 = _mm512_add_ps(a3, _mm512_load_ps(p + i + 48));
   }
   float s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+  for (; i < n; i++) s += p[i];
+  return s;
+#elif defined(__AVX2__)
+  // Eight independent chains of 8 lanes: one serial float sum would hold the probe to ~4 bytes a cycle, below
+  // what a decode kernel reads (measured 8 GB/s against decode's 13-20 on a 2-core Zen 3).
+  __m256 acc[8];
+  for (__m256& a : acc) a = _mm256_setzero_ps();
+  size_t i = 0;
+  for (; i + 64 <= n; i += 64)
+    for (int j = 0; j < 8; j++) acc[j] = _mm256_add_ps(acc[j], _mm256_load_ps(p + i + 8 * j));
+  for (int j = 1; j < 8; j++) acc[0] = _mm256_add_ps(acc[0], acc[j]);
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, acc[0]);
+  float s = 0;
+  for (float v : lanes) s += v;
   for (; i < n; i++) s += p[i];
   return s;
 #else
