@@ -50,6 +50,10 @@ double weight_bytes(const Tensor& W) {
 void BM_Weights(benchmark::State& state, DType fmt, bool via_gemm = false, bool packed = false,
                 QuantPath path = QuantPath::Auto) {
   const int64_t M = state.range(0);
+  if ((path == QuantPath::StreamAvx2 || path == QuantPath::Int8Avx2) && !quant_avx2_stream_available()) {
+    state.SkipWithError("this build has no AVX2 kernels");
+    return;
+  }
   if (path == QuantPath::Bf16Dot && !quant_bf16_dot_available()) {
     state.SkipWithError("this build has no AVX512-BF16 dot kernel");
     return;
@@ -129,6 +133,27 @@ BENCHMARK_CAPTURE(BM_Weights, fp8_f32stream, DType::F8_E4M3, false, false, Quant
     ->Arg(1)
     ->Arg(4)
     ->Arg(8)
+    ->Arg(16)
+    ->UseRealTime();
+// CPUs without AVX-512: the fp32 streaming kernel and the int8 one on 256-bit vectors, Q8_0 and MXFP4.
+BENCHMARK_CAPTURE(BM_Weights, q8_0_avx2, DType::Q8_0, false, false, QuantPath::StreamAvx2)
+    ->Arg(1)
+    ->Arg(4)
+    ->Arg(16)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_Weights, q8_0_int8avx2, DType::Q8_0, false, false, QuantPath::Int8Avx2)
+    ->Arg(1)
+    ->Arg(4)
+    ->Arg(16)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_Weights, mxfp4_avx2, DType::MXFP4, false, false, QuantPath::StreamAvx2)
+    ->Arg(1)
+    ->Arg(4)
+    ->Arg(16)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_Weights, mxfp4_int8avx2, DType::MXFP4, false, false, QuantPath::Int8Avx2)
+    ->Arg(1)
+    ->Arg(4)
     ->Arg(16)
     ->UseRealTime();
 BENCHMARK_CAPTURE(BM_Weights, fp8_dot, DType::F8_E4M3, false, false, QuantPath::Bf16Dot)

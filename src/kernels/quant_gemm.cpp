@@ -428,6 +428,131 @@ void stream_tile8_any(float* out, int64_t ldc, const float* a, int64_t lda, int6
   }
 }
 
+// ---- The int8 kernel on 256-bit vectors: Q8_0 and MXFP4 weights on their own layout, activations quantized
+// per block to int8 (ActQ8, as the VNNI kernel; MXFP4: deinterleaved first). Decode takes it in builds
+// without AVX512-VNNI: a block costs a sign, a vpmaddubsw, a vpmaddwd, a conversion and an fma per
+// activation row, where the fp32 kernel widens 32 weights to fp32 (8 conversions, 4 multiplies) first. ----
+
+// Block b of a row as 32 int8: Q8_0 as stored; MXFP4 as twice the E2M1 values (0, ±1, ... ±12: the scale is
+// halved, block_scale8), the 16 even elements then the 16 odd ones.
+template <DType F>
+inline __m256i load_block_i8(const uint8_t* row, int64_t b) {
+  if constexpr (F == DType::Q8_0) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + b * 32));
+  } else {
+    const __m256i table =
+        _mm256_broadcastsi128_si256(_mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12));
+    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + b * 16));
+    const __m256i codes =
+        _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(bytes, 4), bytes), _mm256_set1_epi8(15));
+    return _mm256_shuffle_epi8(table, codes);
+  }
+}
+
+// The 8 partial integer dots of a block (w, a: 32 int8 each) as fp32 lanes. vpmaddubsw multiplies unsigned by
+// signed bytes, so |w| meets a with w's sign; a pair's sum is at most 2 · 128 · 127 < 2^15 (activations are
+// in [-127, 127]): no saturation, the lanes are exact.
+inline __m256 block_dot_i8(__m256i w_abs, __m256i w, __m256i a) {
+  const __m256i pairs = _mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(a, w));
+  return _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+}
+
+// The scales of blocks [b, b + 8) of a row as fp32, as block_scale8 gives them one by one (MXFP4: E8M0
+// halved; code 0 is 2^-127 halved, a subnormal; code 255 is NaN).
+template <DType F>
+inline __m256 block_scales8(const void* srow, int64_t b) {
+  if constexpr (F == DType::Q8_0) {
+    return _mm256_cvtph_ps(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(srow) + b)));
+  } else {
+    const __m256i e = _mm256_cvtepu8_epi32(
+        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(static_cast<const uint8_t*>(srow) + b)));
+    __m256i bits = _mm256_slli_epi32(e, 23);
+    bits = _mm256_blendv_epi8(bits, _mm256_set1_epi32(0x00400000),
+                              _mm256_cmpeq_epi32(e, _mm256_setzero_si256()));
+    bits = _mm256_blendv_epi8(bits, _mm256_set1_epi32(0x7FC00000),
+                              _mm256_cmpeq_epi32(e, _mm256_set1_epi32(255)));
+    return _mm256_mul_ps(_mm256_castsi256_ps(bits), _mm256_set1_ps(0.5f));
+  }
+}
+
+// out[m, n] for n in [n0, n1) and the MR activation rows m0 .. m0 + MR - 1 of `a` (out points at row m0);
+// `scale` holds MR · K / 32 floats of scratch. Per row: first every block's s_w · s_a (8 blocks a vector),
+// then per (row, activation row) two chains of fmas (even and odd blocks), lane · (s_w · s_a) per block,
+// summed (0 + 1) then in stream_rows8's fixed lane tree: the same whatever MR and M (batch invariant).
+template <DType F, int MR>
+void int8_rows8(float* out, int64_t ldc, const ActQ8& a, int64_t m0, const QMat& w, int64_t n0, int64_t n1,
+                float* scale) {
+  constexpr int kScaleBytes = F == DType::Q8_0 ? 2 : 1;
+  const int64_t nb = w.K / 32;
+  const int8_t* aq[MR];
+  const float* ad[MR];
+  for (int m = 0; m < MR; m++) {
+    aq[m] = a.q.data() + (m0 + m) * w.K;
+    ad[m] = a.d.data() + (m0 + m) * nb;
+  }
+  for (int64_t n = n0; n < n1; n++) {
+    const uint8_t* row = w.q + size_t(n) * w.row_bytes;
+    const void* srow = static_cast<const char*>(w.scales) + size_t(n * w.scales_per_row) * kScaleBytes;
+    int64_t b = 0;
+    for (; b + 8 <= nb; b += 8) {
+      const __m256 dw = block_scales8<F>(srow, b);
+      for (int m = 0; m < MR; m++)
+        _mm256_storeu_ps(scale + m * nb + b, _mm256_mul_ps(dw, _mm256_loadu_ps(ad[m] + b)));
+    }
+    for (; b < nb; b++) {
+      const float dw = block_scale8<F>(srow, b);
+      for (int m = 0; m < MR; m++) scale[m * nb + b] = dw * ad[m][b];
+    }
+    __m256 acc[MR][2];
+    for (int m = 0; m < MR; m++) acc[m][0] = acc[m][1] = _mm256_setzero_ps();
+    auto block = [&](int64_t bi, int chain) {
+      const __m256i wq = load_block_i8<F>(row, bi);
+      const __m256i w_abs = _mm256_sign_epi8(wq, wq);  // -128 -> 0x80, read as u8 128
+#pragma GCC unroll 4
+      for (int m = 0; m < MR; m++) {
+        const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(aq[m] + bi * 32));
+        acc[m][chain] = _mm256_fmadd_ps(block_dot_i8(w_abs, wq, av), _mm256_broadcast_ss(scale + m * nb + bi),
+                                        acc[m][chain]);
+      }
+    };
+    for (b = 0; b + 2 <= nb; b += 2) {
+      block(b, 0);
+      block(b + 1, 1);
+    }
+    if (b < nb) block(b, 0);
+    for (int m = 0; m < MR; m++) {
+      const __m256 t = _mm256_add_ps(acc[m][0], acc[m][1]);
+      const __m128 q = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+      const __m128 h = _mm_add_ps(q, _mm_movehl_ps(q, q));
+      out[m * ldc + n] = _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps(h, h, 1)));
+    }
+  }
+}
+
+// Rows [n0, n1) for activation rows m0 .. m0 + M - 1, 4, 2 and 1 at a time; beyond 4 rows the weight rows go
+// in slices of about 128 kB that later row sets find in L2 (as stream_tile8).
+template <DType F>
+void int8_tile8(float* out, int64_t ldc, const ActQ8& a, int64_t m0, int64_t M, const QMat& w, int64_t n0,
+                int64_t n1) {
+  thread_local std::vector<float> scale;
+  scale.resize(size_t(4 * (w.K / 32)));
+  const int64_t slice = M > 4 ? std::max<int64_t>(4, int64_t(128 << 10) / int64_t(w.row_bytes)) : n1 - n0;
+  for (int64_t s0 = n0; s0 < n1; s0 += slice) {
+    const int64_t s1 = std::min(n1, s0 + slice);
+    int64_t m = 0;
+    for (; m + 4 <= M; m += 4) int8_rows8<F, 4>(out + m * ldc, ldc, a, m0 + m, w, s0, s1, scale.data());
+    if (M - m >= 2) int8_rows8<F, 2>(out + m * ldc, ldc, a, m0 + m, w, s0, s1, scale.data()), m += 2;
+    if (M - m >= 1) int8_rows8<F, 1>(out + m * ldc, ldc, a, m0 + m, w, s0, s1, scale.data());
+  }
+}
+
+void int8_tile8_any(float* out, int64_t ldc, const ActQ8& a, int64_t m0, int64_t M, const QMat& w, int64_t n0,
+                    int64_t n1) {
+  if (w.fmt == DType::Q8_0) return int8_tile8<DType::Q8_0>(out, ldc, a, m0, M, w, n0, n1);
+  int8_tile8<DType::MXFP4>(out, ldc, a, m0, M, w, n0, n1);
+}
+
 #endif  // ZAYA_STREAM_AVX2
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
@@ -1000,6 +1125,45 @@ bool takes_bf16_dot(DType fmt, int64_t M, int64_t K, DType tile) {
 #endif
 }
 
+// Whether decode's streamed product takes the AVX2 int8 kernel: Q8_0 / MXFP4 weights in whole blocks, in a
+// build whose fastest kernel for them it is (AVX2 without AVX-512: AMD Zen 3, Intel before Skylake-SP).
+bool takes_int8_avx2(const QMat& w) {
+#if defined(ZAYA_STREAM_AVX2) && !defined(__AVX512F__)
+  return (w.fmt == DType::Q8_0 || w.fmt == DType::MXFP4) && w.K % 32 == 0;
+#else
+  (void)w;
+  return false;
+#endif
+}
+
+// out = in · W[e]ᵀ on the AVX2 int8 kernel for the tiles given (rows r0 + [0, rows) of in and out per tile's
+// expert, through rows_of): activations deinterleaved (MXFP4) and quantized once for the whole call.
+template <typename RowsOf>
+void int8_avx2_tiles(float* out, int64_t ldc, const float* in, int64_t T, const Tensor& W,
+                     const std::vector<Tile>& tiles, size_t bytes, RowsOf&& rows_of) {
+#if defined(ZAYA_STREAM_AVX2)
+  const int64_t K = W.dim(-1);
+  ZAYA_CHECK(
+      (W.dtype == DType::Q8_0 || W.dtype == DType::MXFP4) && K % 32 == 0,
+      "quant_linear_forward: the int8 AVX2 kernel takes Q8_0 or MXFP4 weights with K a multiple of 32, got ",
+      dtype_name(W.dtype), " K = ", K);
+  thread_local std::vector<float> abuf;
+  thread_local ActQ8 aq_here;  // the calling thread's; a lambda naming a thread_local reads its own thread's
+  int64_t lda = 0;
+  const float* a = stream_input(in, T, K, W.dtype, &abuf, &lda);
+  quantize_activations(&aq_here, a, T, K);
+  const ActQ8& aq = aq_here;
+  run_tiles(tiles, bytes, [&](const Tile& t) {
+    int64_t r0 = 0, rows = 0;
+    rows_of(t, &r0, &rows);
+    int8_tile8_any(out + r0 * ldc, ldc, aq, r0, rows, qmat(W, t.expert), t.n0, t.n1);
+  });
+#else
+  (void)out, (void)ldc, (void)in, (void)T, (void)W, (void)tiles, (void)bytes, (void)rows_of;
+  ZAYA_CHECK(false, "quant_linear_forward: this build has no AVX2 int8 kernel");
+#endif
+}
+
 // in[M, K] rounded to bf16 (nearest even) into buf; returns its data.
 [[maybe_unused]] const uint16_t* bf16_activations(const float* in, int64_t M, int64_t K,
                                                   std::vector<uint16_t>* buf) {
@@ -1156,6 +1320,17 @@ void quant_linear_forward_with(QuantPath path, float* out, int64_t ldc, const fl
     return;
   }
 #endif
+  if (path == QuantPath::Int8Avx2 || (path == QuantPath::Stream && takes_int8_avx2(w))) {
+    std::vector<Tile> tiles;
+    const int64_t tr = tile_rows(w.N, 1, threads_here());
+    for (int64_t n0 = 0; n0 < w.N; n0 += tr) tiles.push_back({0, n0, std::min(w.N, n0 + tr)});
+    int8_avx2_tiles(out, ldc, in, M, W, tiles, size_t(w.N) * w.row_bytes,
+                    [&](const Tile&, int64_t* r0, int64_t* rows) {
+                      *r0 = 0;
+                      *rows = M;
+                    });
+    return;
+  }
   thread_local std::vector<float> abuf;
   int64_t lda = 0;
   const float* a = stream_input(in, M, w.K, w.fmt, &abuf, &lda);
@@ -1234,6 +1409,18 @@ void quant_grouped_linear_forward(float* out, const float* in, const Tensor& W, 
     return;
   }
 #endif
+  if (takes_int8_avx2(qmat(W, 0))) {
+    std::vector<Tile> tiles;
+    const int64_t tr = tile_rows(N, int64_t(streamed.size()), threads_here());
+    for (int64_t e : streamed)
+      for (int64_t n0 = 0; n0 < N; n0 += tr) tiles.push_back({e, n0, std::min(N, n0 + tr)});
+    int8_avx2_tiles(out, N, in, T, W, tiles, streamed.size() * size_t(N) * dtype_row_bytes(W.dtype, K),
+                    [&](const Tile& t, int64_t* r0, int64_t* rows) {
+                      *r0 = offsets[t.expert];
+                      *rows = offsets[t.expert + 1] - *r0;
+                    });
+    return;
+  }
   thread_local std::vector<float> abuf;
   int64_t lda = 0;
   const float* a = stream_input(in, T, K, W.dtype, &abuf, &lda);

@@ -76,7 +76,10 @@ void quantize_activations(ActQ8* out, const float* in, int64_t M, int64_t K);
 // dot kernel, always (BF16 / FP8 weights, K a multiple of 32, a build with AVX512-BF16; an error otherwise).
 // StreamAvx2: the fp32 streaming kernel on 256-bit vectors, which decode takes in builds without AVX-512
 // (AMD Zen 3, older Intel); any AVX2 build runs it here (an error in builds without AVX2 / FMA / F16C).
-enum class QuantPath { Auto, Stream, StreamF32, StreamAvx2, Bf16Dot, DequantGemm };
+// Int8Avx2: the int8 kernel on 256-bit vectors (Q8_0 / MXFP4 weights on their own layout, activations
+// quantized per block to int8 as ActQ8, vpmaddubsw dots), which decode takes for those formats in builds
+// without AVX-512; any AVX2 build runs it here.
+enum class QuantPath { Auto, Stream, StreamF32, StreamAvx2, Int8Avx2, Bf16Dot, DequantGemm };
 
 // The bf16 dot kernel (BF16 and FP8 weights; builds with AVX512-BF16): the activations are rounded to bf16
 // (nearest even) once per call, FP8 weights are widened to bf16 exactly (every e4m3 value is a bf16 value),
