@@ -376,6 +376,40 @@ TEST(Gemm, RowInvariantFp32EqualsSmallKernel) {
   }
 }
 
+// The batch-invariant bf16 dot form (B stored [N, K]) computes gemm_rows.h's documented vdpbf16ps order,
+// written out here in scalar code: lane l over the pairs (32j + 2l, 32j + 2l + 1), the product at 2l + 1
+// then at 2l fused into the lane, then the tree (l + 8, l + 4, l + 2, l + 1), alpha, beta. Bitwise, on every
+// build: the AVX512-BF16 kernel, the AVX2 emulation or the scalar one (normal values: no flushed denormals).
+// K covers whole 32-element chunks, a partial chunk, an odd tail and a single element.
+TEST(Gemm, RowInvariantBf16ComputesTheDocumentedOrder) {
+  std::mt19937 rng(23);
+  for (int64_t K : {1, 15, 31, 32, 33, 64, 301}) {
+    const int64_t M = 5, N = 7;
+    Stored A = make_stored(M, K, 3, true, rng), B = make_stored(N, K, 1, true, rng);
+    for (float beta : {0.0f, 0.75f}) {
+      const int64_t ldc = N + 2;
+      std::vector<float> C0(size_t(M * ldc));
+      for (float& v : C0) v = std::uniform_real_distribution<float>(-1, 1)(rng);
+      std::vector<float> C = C0;
+      gemm_with(GemmBackend::RowInvariant, M, N, K, 1.5f, A.ref(false), B.ref(true), beta, C.data(), ldc);
+      for (int64_t m = 0; m < M; m++)
+        for (int64_t n = 0; n < N; n++) {
+          float lane[16] = {};
+          for (int64_t k0 = 0; k0 < K; k0 += 32)
+            for (int l = 0; l < 16; l++)
+              for (int64_t k : {k0 + 2 * l + 1, k0 + 2 * l})
+                if (k < K)
+                  lane[l] = std::fma(A.f32[size_t(m * A.ld + k)], B.f32[size_t(n * B.ld + k)], lane[l]);
+          for (int w = 8; w >= 1; w /= 2)
+            for (int l = 0; l < w; l++) lane[l] += lane[l + w];
+          const float t = 1.5f * lane[0];
+          const float want = beta == 0.0f ? t : std::fma(beta, C0[size_t(m * ldc + n)], t);
+          ASSERT_EQ(C[size_t(m * ldc + n)], want) << "K=" << K << " C[" << m << ", " << n << "]";
+        }
+    }
+  }
+}
+
 // The switch: Auto follows it, and it reads back.
 TEST(Gemm, BatchInvariantSwitchSelectsRowInvariant) {
   const bool saved = gemm_batch_invariant();

@@ -68,9 +68,10 @@ TEST(QuantCheckpoint, LoadsReferenceFilesBitExact) {
 // fp32 (so the quantized kernels, the loader's views, fused qkv and embedding lookups are all that differ),
 // within 3e-6 of the logits' scale (measured <= 5.7e-7: fp32 summation order; a wrong scale or
 // block is >= 1e-3), and every greedy token (argmax) agrees, in prefill (64 rows) and in decode.
-// The loader attaches the VNNI kernel's packs (int8 activations, kernels/quant_gemm.h); this test is about
-// the weights, so it drops them and runs the fp32-activation kernels. The packed kernel has its own tests
-// (quant_test: QuantGemm.Packed*) and the packed model's deviation is printed below.
+// Decode's Q8_0 / MXFP4 kernels quantize the activations to int8 (the VNNI kernel over the packs the loader
+// attaches, the AVX2 int8 kernel: kernels/quant_gemm.h); this test is about the weights, so it drops the
+// packs and turns int8 activations off (the fp32-activation kernels). The int8 kernels have their own tests
+// (quant_test: QuantGemm.Packed*) and the int8 model's deviation is printed below.
 void drop_decode_packs(ZayaWeights& w) {
   for (ZayaLayerWeights& l : w.layers)
     for (Tensor* t : {&l.qkv, &l.o_proj, &l.router_down, &l.router_fc1, &l.router_fc2, &l.router_out,
@@ -81,7 +82,9 @@ void drop_decode_packs(ZayaWeights& w) {
 
 TEST(QuantCheckpoint, ForwardEqualsDequantizedModel) {
   const ModelInputs in = load_model_inputs(test::golden_dir() + "/inputs.json");
+  const bool int8_saved = quant_int8_activations();
   for (const char* v : kVariants) {
+    set_quant_int8_activations(false);
     ZayaModel packed = ZayaModel::load(quant_dir(v));
     ZayaModel q = packed;
     drop_decode_packs(q.w);
@@ -122,8 +125,10 @@ TEST(QuantCheckpoint, ForwardEqualsDequantizedModel) {
     const test::Diff ds = test::diff(steps[0], steps[1]);
     std::printf("%s decode: %s\n", v, ds.str().c_str());
     EXPECT_TRUE(ds.within(0, 3e-6)) << v << ": " << ds.str();
-    // With the packs: int8 activations in decode-sized products. Reported, finite; its accuracy is measured
-    // on a trained model (docs/quantization.md), where near-ties of this random-weight model are rare.
+    // With int8 activations in decode-sized products (the packs, or the AVX2 kernel). Reported, finite; its
+    // accuracy is measured on a trained model (docs/quantization.md), where near-ties of this random-weight
+    // model are rare.
+    set_quant_int8_activations(true);
     std::vector<float> packed_steps;
     const auto packed_toks =
         generate(packed, in.prompt_ids.data(), in.gen_B, in.gen_S, go, nullptr, &packed_steps);
@@ -135,6 +140,7 @@ TEST(QuantCheckpoint, ForwardEqualsDequantizedModel) {
                 v, same, total, dp.str().c_str());
     for (float x : packed_steps) ASSERT_TRUE(std::isfinite(x)) << v;
   }
+  set_quant_int8_activations(int8_saved);
 }
 
 // `--no-mmap` (LoadOptions::in_memory): every matrix read in place from the mapping moves to a huge-page

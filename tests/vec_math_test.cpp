@@ -51,6 +51,25 @@ TEST(VecMath, RowPrimitivesMatchPlainLoops) {
   }
 }
 
+// dot_f32 on every length 0..70 (16-lane chains, the tail in order) against the double sum: fp32 rounding of
+// at most a few ulp per term, so within 1e-6 of Σ|x·y| (a lost or doubled term is off by ~1/n of it).
+TEST(VecMath, DotMatchesDoubleSum) {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (int64_t n = 0; n <= 70; n++) {
+    std::vector<float> x(n), y(n);
+    for (auto& v : x) v = nd(rng);
+    for (auto& v : y) v = nd(rng);
+    double want = 0, mag = 0;
+    for (int64_t i = 0; i < n; i++) {
+      want += double(x[i]) * y[i];
+      mag += std::fabs(double(x[i]) * y[i]);
+    }
+    const float got = dot_f32(x.data(), y.data(), n);
+    EXPECT_LE(std::fabs(got - want), 1e-6 * mag + 1e-30) << n;  // NaN fails too
+  }
+}
+
 // The cross-entropy kernels against a double-precision loop (loss 1e-6 relative, gradient 1e-7 abs), with an
 // ignored row, and a NaN logit surfacing as a NaN loss.
 TEST(VecMath, CrossEntropyMatchesDoubleLoop) {

@@ -1,6 +1,6 @@
 #include "kernels/attention.h"
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
@@ -60,8 +60,8 @@ namespace {
 // Few queries (decode, short chunks): dot products per query, no GEMM (whose primitives are per shape and
 // the key count changes every step).
 // o[0, d) = Σ_{j in [first, last], p[j] != 0} p[j] · v[j·d, (j+1)·d), summed over j in order for each
-// element; 128 elements at a time kept in registers across the keys (a store per key and vector cost 30%
-// before).
+// element (the same fma chain whatever the vector width: every path gives the same bits); 128 elements at a
+// time kept in registers across the keys (a store per key and vector cost 30% before).
 inline void weighted_rows_f32(float* o, const float* p, const float* v, int64_t first, int64_t last,
                               int64_t d) {
   int64_t i0 = 0;
@@ -76,6 +76,31 @@ inline void weighted_rows_f32(float* o, const float* p, const float* v, int64_t 
       for (int u = 0; u < 8; u++) acc[u] = _mm512_fmadd_ps(pj, _mm512_loadu_ps(vv + 16 * u), acc[u]);
     }
     for (int u = 0; u < 8; u++) _mm512_storeu_ps(o + i0 + 16 * u, acc[u]);
+  }
+  for (; i0 + 16 <= d; i0 += 16) {  // head_dim 64 (mid.json): four of these
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t j = first; j <= last; j++)
+      if (p[j] != 0.f) acc = _mm512_fmadd_ps(_mm512_set1_ps(p[j]), _mm512_loadu_ps(v + j * d + i0), acc);
+    _mm512_storeu_ps(o + i0, acc);
+  }
+#elif defined(__AVX2__) && defined(__FMA__)
+  // The same per-element chains on 8-float vectors (CPUs without AVX-512), 64 elements a pass.
+  for (; i0 + 64 <= d; i0 += 64) {
+    __m256 acc[8];
+    for (int u = 0; u < 8; u++) acc[u] = _mm256_setzero_ps();
+    for (int64_t j = first; j <= last; j++) {
+      if (p[j] == 0.f) continue;
+      const __m256 pj = _mm256_set1_ps(p[j]);
+      const float* vv = v + j * d + i0;
+      for (int u = 0; u < 8; u++) acc[u] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vv + 8 * u), acc[u]);
+    }
+    for (int u = 0; u < 8; u++) _mm256_storeu_ps(o + i0 + 8 * u, acc[u]);
+  }
+  for (; i0 + 8 <= d; i0 += 8) {
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t j = first; j <= last; j++)
+      if (p[j] != 0.f) acc = _mm256_fmadd_ps(_mm256_set1_ps(p[j]), _mm256_loadu_ps(v + j * d + i0), acc);
+    _mm256_storeu_ps(o + i0, acc);
   }
 #endif
   for (int64_t i = i0; i < d; i++) {

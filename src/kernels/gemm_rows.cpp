@@ -5,7 +5,7 @@
 #include <cstring>
 #include <vector>
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
@@ -169,8 +169,44 @@ void dot_block_bf16(const uint16_t* a, int64_t lda, const uint16_t* b, int64_t l
 
 #else
 
+#if defined(__AVX2__) && defined(__FMA__)
+#define ZAYA_ROWS_BF16_AVX2 1
+// The same emulation on 8-float vectors (CPUs without AVX512-BF16 but with AVX2: AMD Zen 3): 16 bf16 of a
+// 256-bit load are 8 pairs, lane l's pair (2l, 2l + 1); the high halves of its dwords widened in place
+// (mask) are the odd elements, the low halves shifted up the even ones. Lanes 0-7 from the first 16 elements
+// of a 32-chunk, 8-15 from the second; the tail chunk zero-padded. The same bits as dot_bf16_scalar.
+float dot_bf16_avx2(const uint16_t* a, const uint16_t* b, int64_t K) {
+  const __m256i high = _mm256_set1_epi32(int(0xFFFF0000u));
+  __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+  auto pairs = [&](__m256 acc, __m256i va, __m256i vb) {
+    acc = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(va, high)),
+                          _mm256_castsi256_ps(_mm256_and_si256(vb, high)), acc);
+    return _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(va, 16)),
+                           _mm256_castsi256_ps(_mm256_slli_epi32(vb, 16)), acc);
+  };
+  auto chunk = [&](const uint16_t* ak, const uint16_t* bk) {
+    const auto* pa = reinterpret_cast<const __m256i*>(ak);
+    const auto* pb = reinterpret_cast<const __m256i*>(bk);
+    lo = pairs(lo, _mm256_loadu_si256(pa), _mm256_loadu_si256(pb));
+    hi = pairs(hi, _mm256_loadu_si256(pa + 1), _mm256_loadu_si256(pb + 1));
+  };
+  int64_t k = 0;
+  for (; k + 32 <= K; k += 32) chunk(a + k, b + k);
+  if (k < K) {
+    uint16_t ta[32] = {}, tb[32] = {};
+    std::memcpy(ta, a + k, size_t(K - k) * 2);
+    std::memcpy(tb, b + k, size_t(K - k) * 2);
+    chunk(ta, tb);
+  }
+  const __m256 t = _mm256_add_ps(lo, hi);  // the tree: l + l+8, l+4, l+2, l+1
+  const __m128 q = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+  const __m128 h = _mm_add_ps(q, _mm_movehl_ps(q, q));
+  return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+}
+#endif
+
 // Scalar emulation of the vdpbf16ps lane order (see gemm_rows.h).
-float dot_bf16_scalar(const uint16_t* a, const uint16_t* b, int64_t K) {
+[[maybe_unused]] float dot_bf16_scalar(const uint16_t* a, const uint16_t* b, int64_t K) {
   float lane[16] = {};
   for (int64_t k0 = 0; k0 < K; k0 += 32) {
     for (int l = 0; l < 16; l++) {
@@ -252,7 +288,11 @@ void dot_tile_bf16(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t N, in
   for (int64_t m = m0; m < m1; m++) {
     float s[1];
     for (int64_t n = n0; n < n1; n++) {
+#if defined(ZAYA_ROWS_BF16_AVX2)
+      s[0] = dot_bf16_avx2(a + m * lda, b + n * ldb, K);
+#else
       s[0] = dot_bf16_scalar(a + m * lda, b + n * ldb, K);
+#endif
       store(C + m * ldc + n, s, 1, alpha, beta);
     }
   }

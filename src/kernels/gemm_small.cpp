@@ -4,7 +4,7 @@
 #include <cmath>
 #include <vector>
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
@@ -124,9 +124,98 @@ void dot_block(int64_t m0, int64_t n0, int64_t M, int64_t N, int64_t K, float al
 
 #else
 
+#if defined(__AVX2__) && defined(__FMA__)
+#define ZAYA_SMALL_AVX2 1
+// CPUs without AVX-512 (AMD Zen 3): the same chains on 8-float vectors, the same bits as the AVX-512 blocks
+// (and as the scalar loops below, which they replace there).
+
+// Lanes 0 .. n-1 set (n clamped to [0, 8]), for maskload / maskstore.
+inline __m256i lanes8(int64_t n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(int(std::clamp<int64_t>(n, 0, 8))),
+                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+// Σ of 16 lane chains held as lo (lanes 0..7) and hi (8..15) in lane_sums4's tree: l + l+8, l+4, l+2, l+1.
+inline float lane_sum16(__m256 lo, __m256 hi) {
+  const __m256 t = _mm256_add_ps(lo, hi);
+  const __m128 q = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+  const __m128 h = _mm_add_ps(q, _mm_movehl_ps(q, q));
+  return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+}
+
+// Dot form, one row of A against 4 rows of B (columns n0 .. n0+3; past N the last one, never stored): 16
+// lane chains per element as two 8-float accumulators, k ≡ l (mod 16) in increasing k.
+void dot_row4(int64_t m, int64_t n0, int64_t N, int64_t K, float alpha, const float* a, int64_t lda,
+              const float* b, int64_t ldb, float beta, float* C, int64_t ldc) {
+  const float* ar = a + m * lda;
+  const float* br[4];
+  for (int j = 0; j < 4; j++) br[j] = b + std::min(n0 + j, N - 1) * ldb;
+  __m256 lo[4], hi[4];
+  for (int j = 0; j < 4; j++) lo[j] = hi[j] = _mm256_setzero_ps();
+  int64_t k = 0;
+  for (; k + 16 <= K; k += 16) {
+    const __m256 a0 = _mm256_loadu_ps(ar + k), a1 = _mm256_loadu_ps(ar + k + 8);
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+      lo[j] = _mm256_fmadd_ps(a0, _mm256_loadu_ps(br[j] + k), lo[j]);
+      hi[j] = _mm256_fmadd_ps(a1, _mm256_loadu_ps(br[j] + k + 8), hi[j]);
+    }
+  }
+  if (k < K) {  // the tail: lanes past K stay as they are (zeros meet zeros)
+    const __m256i m0 = lanes8(K - k), m1 = lanes8(K - k - 8);
+    const __m256 a0 = _mm256_maskload_ps(ar + k, m0), a1 = _mm256_maskload_ps(ar + k + 8, m1);
+    for (int j = 0; j < 4; j++) {
+      lo[j] = _mm256_fmadd_ps(a0, _mm256_maskload_ps(br[j] + k, m0), lo[j]);
+      hi[j] = _mm256_fmadd_ps(a1, _mm256_maskload_ps(br[j] + k + 8, m1), hi[j]);
+    }
+  }
+  for (int j = 0; j < 4 && n0 + j < N; j++) {
+    float& c = C[m * ldc + n0 + j];
+    const float t = alpha * lane_sum16(lo[j], hi[j]);
+    c = beta == 0.0f ? t : std::fma(beta, c, t);
+  }
+}
+
+// Broadcast form (B stored [K, N]), rows m0 .. m0+rows-1 (rows <= 4) and columns n0 .. n0+cols-1 (cols <=
+// 16): one fma chain over k in order per element, 8 columns a vector.
+void bcast_block(int64_t m0, int64_t rows, int64_t n0, int64_t cols, int64_t K, float alpha, const MatRef& A,
+                 const float* b, int64_t ldb, float beta, float* C, int64_t ldc) {
+  const auto* a = static_cast<const float*>(A.data);
+  const int64_t a_step = A.trans ? A.ld : 1;
+  int64_t a_off[4];
+  for (int r = 0; r < 4; r++) {
+    const int64_t m = m0 + std::min<int64_t>(r, rows - 1);
+    a_off[r] = A.trans ? m : m * A.ld;
+  }
+  const __m256i mask0 = lanes8(cols), mask1 = lanes8(cols - 8);
+  __m256 acc[4][2];
+  for (int r = 0; r < 4; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  for (int64_t k = 0; k < K; k++) {
+    const float* brow = b + k * ldb + n0;
+    const __m256 b0 = _mm256_maskload_ps(brow, mask0), b1 = _mm256_maskload_ps(brow + 8, mask1);
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) {
+      const __m256 av = _mm256_set1_ps(a[a_off[r] + k * a_step]);
+      acc[r][0] = _mm256_fmadd_ps(av, b0, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(av, b1, acc[r][1]);
+    }
+  }
+  const __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
+  for (int r = 0; r < rows; r++) {
+    float* c = C + (m0 + r) * ldc + n0;
+    for (int h = 0; h < 2; h++) {
+      const __m256i mask = h ? mask1 : mask0;
+      __m256 out = _mm256_mul_ps(va, acc[r][h]);
+      if (beta != 0.0f) out = _mm256_fmadd_ps(vb, _mm256_maskload_ps(c + 8 * h, mask), out);
+      _mm256_maskstore_ps(c + 8 * h, mask, out);
+    }
+  }
+}
+#endif
+
 // The same arithmetic as dot_block for one element, without AVX-512 (identical bits, up to the sign of an
 // exact zero sum).
-float dot_lanes(const float* a, const float* b, int64_t K) {
+[[maybe_unused]] float dot_lanes(const float* a, const float* b, int64_t K) {
   float s[16] = {};
   for (int64_t k = 0; k < K; k++) s[k % 16] = std::fma(a[k], b[k], s[k % 16]);
   for (int w = 8; w >= 1; w /= 2)
@@ -156,6 +245,9 @@ void gemm_small_f32(int64_t M, int64_t N, int64_t K, float alpha, const MatRef& 
     for (int64_t m0 = 0; m0 < M; m0 += kRows)
       for (int64_t n0 = 0; n0 < N; n0 += kRows)
         dot_block(m0, n0, M, N, K, alpha, a, lda, b, B.ld, beta, C, ldc);
+#elif defined(ZAYA_SMALL_AVX2)
+    for (int64_t m = 0; m < M; m++)
+      for (int64_t n0 = 0; n0 < N; n0 += 4) dot_row4(m, n0, N, K, alpha, a, lda, b, B.ld, beta, C, ldc);
 #else
     for (int64_t m = 0; m < M; m++) {
       for (int64_t n = 0; n < N; n++) {
@@ -191,6 +283,11 @@ void gemm_small_f32(int64_t M, int64_t N, int64_t K, float alpha, const MatRef& 
       }
     }
   }
+#elif defined(ZAYA_SMALL_AVX2)
+  for (int64_t m0 = 0; m0 < M; m0 += 4)
+    for (int64_t n0 = 0; n0 < N; n0 += 16)
+      bcast_block(m0, std::min<int64_t>(4, M - m0), n0, std::min<int64_t>(16, N - n0), K, alpha, A, b, ldb,
+                  beta, C, ldc);
 #else
   const auto* a = static_cast<const float*>(A.data);
   for (int64_t m = 0; m < M; m++) {

@@ -5,7 +5,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -1129,7 +1131,7 @@ bool takes_bf16_dot(DType fmt, int64_t M, int64_t K, DType tile) {
 // build whose fastest kernel for them it is (AVX2 without AVX-512: AMD Zen 3, Intel before Skylake-SP).
 bool takes_int8_avx2(const QMat& w) {
 #if defined(ZAYA_STREAM_AVX2) && !defined(__AVX512F__)
-  return (w.fmt == DType::Q8_0 || w.fmt == DType::MXFP4) && w.K % 32 == 0;
+  return (w.fmt == DType::Q8_0 || w.fmt == DType::MXFP4) && w.K % 32 == 0 && quant_int8_activations();
 #else
   (void)w;
   return false;
@@ -1250,6 +1252,25 @@ void pack_for_decode(Tensor& W, bool release_source) {
 #endif
 }
 
+namespace {
+std::atomic<int> g_int8_activations{-1};  // -1: not read from the environment yet
+}  // namespace
+
+bool quant_int8_activations() {
+  int v = g_int8_activations.load(std::memory_order_acquire);
+  if (v < 0) {
+    const char* env = std::getenv("ZAYA_INT8_ACTIVATIONS");
+    v = env && std::strcmp(env, "0") == 0 ? 0 : 1;
+    int expected = -1;
+    if (!g_int8_activations.compare_exchange_strong(expected, v)) v = expected;
+  }
+  return v == 1;
+}
+
+void set_quant_int8_activations(bool on) {
+  g_int8_activations.store(on ? 1 : 0, std::memory_order_release);
+}
+
 int64_t bf16_dot_min_rows(DType fmt) {
   return fmt == DType::BF16 && cpu_full_width_avx512() ? 1 : kBf16DotMinRows;
 }
@@ -1306,7 +1327,7 @@ void quant_linear_forward_with(QuantPath path, float* out, int64_t ldc, const fl
   }
 #if defined(ZAYA_DECODE_VNNI)
   const DecodePack* pack =
-      path == QuantPath::StreamF32 || path == QuantPath::StreamAvx2 ? nullptr : decode_pack_of(W);
+      path == QuantPath::Stream && quant_int8_activations() ? decode_pack_of(W) : nullptr;
   if (const DecodePack* p = pack) {
     thread_local ActQ8
         aq_here;  // the calling thread's; a lambda naming a thread_local reads its own thread's
@@ -1394,7 +1415,7 @@ void quant_grouped_linear_forward(float* out, const float* in, const Tensor& W, 
 #endif
   }
 #if defined(ZAYA_DECODE_VNNI)
-  if (const DecodePack* p = decode_pack_of(W)) {
+  if (const DecodePack* p = quant_int8_activations() ? decode_pack_of(W) : nullptr) {
     thread_local ActQ8 aq_here;  // the calling thread's (see quant_linear_forward_with)
     const ActQ8& aq = aq_here;
     quantize_activations(&aq_here, in, T, K);

@@ -69,6 +69,13 @@ struct ActQ8 {
 };
 void quantize_activations(ActQ8* out, const float* in, int64_t M, int64_t K);
 
+// Whether decode's streamed Q8_0 / MXFP4 products quantize their activations to int8 per block (the VNNI
+// kernel over a pack, the AVX2 int8 kernel): on by default, the fast kernels. Off (ZAYA_INT8_ACTIVATIONS=0 in
+// the environment, or set_quant_int8_activations(false)) they take the fp32 streaming kernel: the weights as
+// stored times the activations as they are, fp32 rounding only, slower. Explicit QuantPaths ignore it.
+bool quant_int8_activations();
+void set_quant_int8_activations(bool on);
+
 // How a call is computed (tests and benchmarks). Auto: Stream up to kQuantStreamMaxRows rows (every M in
 // gemm's batch-invariant mode), DequantGemm above. Stream: the decode kernels as decode picks them (the
 // VNNI kernel over a pack; the bf16 dot kernel for BF16 / FP8 weights when takes it, see below; else the

@@ -3,8 +3,10 @@
 #include <cmath>
 #include <limits>
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
+#endif
+#if defined(__AVX512F__)
 // GCC 12's AVX-512 reduce/cast intrinsics start from _mm512_undefined_*: false "uninitialized" warnings.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -58,11 +60,57 @@ inline __m512 exp_ps(__m512 x) {
 }
 #endif
 
+#if !defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__)
+#define ZAYA_VEC_AVX2 1
+// CPUs without AVX-512 (AMD Zen 3): the same arithmetic on 8 lanes, so that every result below has the bits
+// of the AVX-512 path (the same polynomial, the same lane chains, the same reduction trees).
+
+// exp_ps on 8 lanes; 2^n applied as two exact halves (n ∈ [-150, 128]: each half is a normal power of two),
+// so the result is rounded once, as _mm512_scalef_ps rounds it.
+inline __m256 exp_ps8(__m256 x) {
+  x = _mm256_min_ps(_mm256_set1_ps(kHi), _mm256_max_ps(_mm256_set1_ps(kLo), x));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(kLog2e)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Hi), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Lo), r);
+  __m256 p = _mm256_set1_ps(kP0);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP1));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP2));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP3));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP4));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP5));
+  const __m256 y = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.f)));
+  // A NaN x: n is NaN, its conversion the integer indefinite; y is NaN already and stays NaN.
+  const __m256i ni = _mm256_cvtps_epi32(n);
+  const __m256i n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
+  const __m256i bias = _mm256_set1_epi32(127);
+  const __m256 p1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
+  const __m256 p2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
+  return _mm256_mul_ps(_mm256_mul_ps(y, p1), p2);
+}
+
+// Lanes 0 .. n-1 set (n clamped to [0, 8]): a mask for maskload / maskstore.
+inline __m256i lanes8(int64_t n) {
+  const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(int(n < 0 ? 0 : n > 8 ? 8 : n)), idx);
+}
+
+// Σ of 16 lanes held as lo (0..7) and hi (8..15), in _mm512_reduce_add_ps's tree: l + l+8, l+4, l+2, l+1.
+inline float lane_sum16(__m256 lo, __m256 hi) {
+  const __m256 t = _mm256_add_ps(lo, hi);
+  const __m128 q = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+  const __m128 h = _mm_add_ps(q, _mm_movehl_ps(q, q));
+  return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+}
+#endif
+
 }  // namespace
 
 float exp_f32(float x) {
 #if defined(__AVX512F__)
   return _mm512_cvtss_f32(exp_ps(_mm512_set1_ps(x)));
+#elif defined(ZAYA_VEC_AVX2)
+  return _mm256_cvtss_f32(exp_ps8(_mm256_set1_ps(x)));
 #else
   return exp_scalar(x);
 #endif
@@ -75,6 +123,13 @@ float dot_f32(const float* x, const float* y, int64_t n) {
   __m512 acc = _mm512_setzero_ps();
   for (; i + 16 <= n; i += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i), acc);
   s = _mm512_reduce_add_ps(acc);
+#elif defined(ZAYA_VEC_AVX2)
+  __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+  for (; i + 16 <= n; i += 16) {
+    lo = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), lo);
+    hi = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8), hi);
+  }
+  s = lane_sum16(lo, hi);
 #endif
   for (; i < n; i++) s += x[i] * y[i];
   return s;
@@ -87,6 +142,12 @@ float row_max(const float* x, int64_t n) {
   __m512 vm = _mm512_set1_ps(mx);
   for (; i + 16 <= n; i += 16) vm = _mm512_max_ps(vm, _mm512_loadu_ps(x + i));
   mx = _mm512_reduce_max_ps(vm);
+#elif defined(ZAYA_VEC_AVX2)
+  __m256 vm = _mm256_set1_ps(mx);
+  for (; i + 8 <= n; i += 8) vm = _mm256_max_ps(vm, _mm256_loadu_ps(x + i));
+  const __m128 q = _mm_max_ps(_mm256_castps256_ps128(vm), _mm256_extractf128_ps(vm, 1));
+  const __m128 h = _mm_max_ps(q, _mm_movehl_ps(q, q));
+  mx = _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
 #endif
   for (; i < n; i++) mx = x[i] > mx ? x[i] : mx;
   return mx;
@@ -107,6 +168,29 @@ double exp_shift_sum(float* out, const float* x, int64_t n, float shift) {
                          _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
   }
   sum = _mm512_reduce_add_pd(_mm512_add_pd(acc0, acc1));
+#elif defined(ZAYA_VEC_AVX2)
+  // The AVX-512 path's two 8-lane double accumulators as four of 4 lanes, and its reduction tree.
+  const __m256 vs = _mm256_set1_ps(shift);
+  __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd(), a2 = _mm256_setzero_pd(),
+          a3 = _mm256_setzero_pd();
+  for (; i < n; i += 16) {
+    const __m256i m0 = lanes8(n - i), m1 = lanes8(n - i - 8);
+    const __m256 e0 =
+        _mm256_and_ps(_mm256_castsi256_ps(m0), exp_ps8(_mm256_sub_ps(_mm256_maskload_ps(x + i, m0), vs)));
+    const __m256 e1 =
+        _mm256_and_ps(_mm256_castsi256_ps(m1), exp_ps8(_mm256_sub_ps(_mm256_maskload_ps(x + i + 8, m1), vs)));
+    if (out) {
+      _mm256_maskstore_ps(out + i, m0, e0);
+      _mm256_maskstore_ps(out + i + 8, m1, e1);
+    }
+    a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(e0)));
+    a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(e0, 1)));
+    a2 = _mm256_add_pd(a2, _mm256_cvtps_pd(_mm256_castps256_ps128(e1)));
+    a3 = _mm256_add_pd(a3, _mm256_cvtps_pd(_mm256_extractf128_ps(e1, 1)));
+  }
+  const __m256d w = _mm256_add_pd(_mm256_add_pd(a0, a2), _mm256_add_pd(a1, a3));  // l + l+8, then l + l+4
+  const __m128d v = _mm_add_pd(_mm256_castpd256_pd128(w), _mm256_extractf128_pd(w, 1));  // l + l+2
+  sum = _mm_cvtsd_f64(_mm_add_sd(v, _mm_unpackhi_pd(v, v)));                             // l + l+1
 #else
   for (; i < n; i++) {
     const float e = exp_scalar(x[i] - shift);
