@@ -19,9 +19,9 @@
 // C is split into tiles of rows x columns spread over `threads` OpenMP threads (1 inside a parallel region
 // or for small products): the split changes which thread computes an element, never how.
 //
-// Without AVX512_BF16 the bf16 dot form runs a scalar emulation of the same order (denormal products and
-// sums are not flushed there, so its bits can differ from the vector path in those cases; on a given build
-// the path is fixed, so invariance holds either way).
+// Without AVX512_BF16 the bf16 dot form runs an emulation of the same order (on AVX2 vectors where the CPU
+// has them, else scalar; denormal products and sums are not flushed there, so its bits can differ from the
+// vdpbf16ps path in those cases; on a given build the path is fixed, so invariance holds either way).
 #pragma once
 
 #include <cstdint>

@@ -10,8 +10,8 @@
 //   B stored [K, N] (dY·W, dYᵀ·X): one fused multiply-add chain over k = 0 .. K-1 in order;
 //   B stored [N, K] (the Linear layout x·Wᵀ): 16 lane chains, lane l over k ≡ l (mod 16) in order, then
 //   a fixed tree (l + 8, l + 4, l + 2, l + 1): rows of A and B are read along k, no transposed copy.
-// So a row's result does not depend on M, N, the element's position, the thread or the CPU; the scalar
-// fallback (no AVX-512) computes the same bits. Single-threaded: tiny products do not pay for a fork.
+// So a row's result does not depend on M, N, the element's position, the thread or the CPU; the AVX2 path
+// (CPUs without AVX-512) and the scalar fallback compute the same bits. Single-threaded: tiny products do not pay for a fork.
 #pragma once
 
 #include <cstdint>

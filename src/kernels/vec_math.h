@@ -1,5 +1,6 @@
 // Vectorised row primitives for softmax-like loops (cross-entropy, attention): max, exp with a shift and a
-// double-precision sum, scaling, dot products. AVX-512 when the build targets it, plain loops otherwise; both
+// double-precision sum, scaling, dot products. AVX-512 when the build targets it, AVX2 (8-lane vectors with the
+// AVX-512 path's lane chains and reduction trees: the same bits) on CPUs without it, plain loops otherwise; all
 // give the same results to within the exp error below.
 //
 // exp accuracy: |exp_f32(x) − exp(x)| ≤ 2 ulp of fp32 on [−87, 88] (Cephes polynomial on |r| ≤ ln2/2 after
