@@ -463,6 +463,18 @@ bool ready_for(const Int8Kernel& k, Tensor& W) {
   return has_decode_pack(W);
 }
 
+// a[M, K] quantized as the int8 kernels quantize it (returned), and the fp64 product of W's dequantized
+// weights with those dequantized activations (want) with its bound 1e-5 · Σ|w·a| (bound). MXFP4's kernels
+// read the activations deinterleaved per block: the same values, so the same int8 ones.
+ActQ8 int8_reference(std::vector<double>* want, std::vector<double>* bound, const Tensor& W, const float* a,
+                     int64_t M, int64_t K) {
+  ActQ8 aq;
+  quantize_activations(&aq, a, M, K);
+  const std::vector<float> ad = dequantized_activations(aq, M, K);
+  reference(want, bound, W, 0, ad.data(), M);
+  return aq;
+}
+
 // Equal to the fp64 product of the dequantized weights with the dequantized int8 activations within 1e-5
 // of Σ|w·a| (the integer dots are exact; the fp32 scaling and sum round); and the error the activations'
 // rounding adds, against fp32 activations, stays under its bound Σ_k |w_k| · d_b(k) / 2 (half a step per
@@ -480,11 +492,8 @@ TEST(QuantGemm, PackedEqualsQuantizedActivationProduct) {
         ran++;
         for (int64_t M : {1, 2, 3, 4, 5, 8, 13, 16, 17, 40}) {
           Tensor a = random_f32({M, K}, 37 + uint32_t(M));
-          ActQ8 aq;
-          quantize_activations(&aq, a.f32(), M, K);
-          const std::vector<float> ad = dequantized_activations(aq, M, K);
           std::vector<double> want, bound;
-          reference(&want, &bound, W, 0, ad.data(), M);
+          const ActQ8 aq = int8_reference(&want, &bound, W, a.f32(), M, K);
           std::vector<float> got(size_t(M * N), NAN);
           quant_linear_forward_with(kernel.path, got.data(), N, a.f32(), M, W);
           EXPECT_LE(worst_ratio(got.data(), want, bound), 1.0)
@@ -627,12 +636,8 @@ TEST(QuantGemm, Int8Avx2ReadsEveryE8m0Scale) {
     for (int64_t n = 0; n < N; n++)
       for (int64_t b = 0; b < nb; b++) codes[n * nb + b] = (n + b) % 2 ? c.odd : c.even;
     Tensor a = random_f32({M, K}, 82, c.act_scale);
-    ActQ8 aq;
-    quantize_activations(&aq, a.f32(), M, K);
-    // The kernel reads MXFP4 activations deinterleaved per block: the same values, so the same int8 ones.
-    const std::vector<float> ad = dequantized_activations(aq, M, K);
     std::vector<double> want, bound;
-    reference(&want, &bound, W, 0, ad.data(), M);
+    int8_reference(&want, &bound, W, a.f32(), M, K);
     std::vector<float> got(size_t(M * N), NAN);
     quant_linear_forward_with(QuantPath::Int8Avx2, got.data(), N, a.f32(), M, W);
     EXPECT_LE(worst_ratio(got.data(), want, bound), 1.0) << "codes " << int(c.even) << "/" << int(c.odd);

@@ -198,10 +198,7 @@ float dot_bf16_avx2(const uint16_t* a, const uint16_t* b, int64_t K) {
     std::memcpy(tb, b + k, size_t(K - k) * 2);
     chunk(ta, tb);
   }
-  const __m256 t = _mm256_add_ps(lo, hi);  // the tree: l + l+8, l+4, l+2, l+1
-  const __m128 q = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
-  const __m128 h = _mm_add_ps(q, _mm_movehl_ps(q, q));
-  return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+  return lane_sum16(lo, hi);
 }
 #endif
 

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/lane_sum.h"
+
 #if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
@@ -129,20 +131,6 @@ void dot_block(int64_t m0, int64_t n0, int64_t M, int64_t N, int64_t K, float al
 // CPUs without AVX-512 (AMD Zen 3): the same chains on 8-float vectors, the same bits as the AVX-512 blocks
 // (and as the scalar loops below, which they replace there).
 
-// Lanes 0 .. n-1 set (n clamped to [0, 8]), for maskload / maskstore.
-inline __m256i lanes8(int64_t n) {
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(int(std::clamp<int64_t>(n, 0, 8))),
-                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
-// Σ of 16 lane chains held as lo (lanes 0..7) and hi (8..15) in lane_sums4's tree: l + l+8, l+4, l+2, l+1.
-inline float lane_sum16(__m256 lo, __m256 hi) {
-  const __m256 t = _mm256_add_ps(lo, hi);
-  const __m128 q = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
-  const __m128 h = _mm_add_ps(q, _mm_movehl_ps(q, q));
-  return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
-}
-
 // Dot form, one row of A against 4 rows of B (columns n0 .. n0+3; past N the last one, never stored): 16
 // lane chains per element as two 8-float accumulators, k ≡ l (mod 16) in increasing k.
 void dot_row4(int64_t m, int64_t n0, int64_t N, int64_t K, float alpha, const float* a, int64_t lda,
@@ -162,7 +150,7 @@ void dot_row4(int64_t m, int64_t n0, int64_t N, int64_t K, float alpha, const fl
     }
   }
   if (k < K) {  // the tail: lanes past K stay as they are (zeros meet zeros)
-    const __m256i m0 = lanes8(K - k), m1 = lanes8(K - k - 8);
+    const __m256i m0 = first_lanes8(K - k), m1 = first_lanes8(K - k - 8);
     const __m256 a0 = _mm256_maskload_ps(ar + k, m0), a1 = _mm256_maskload_ps(ar + k + 8, m1);
     for (int j = 0; j < 4; j++) {
       lo[j] = _mm256_fmadd_ps(a0, _mm256_maskload_ps(br[j] + k, m0), lo[j]);
@@ -187,7 +175,7 @@ void bcast_block(int64_t m0, int64_t rows, int64_t n0, int64_t cols, int64_t K, 
     const int64_t m = m0 + std::min<int64_t>(r, rows - 1);
     a_off[r] = A.trans ? m : m * A.ld;
   }
-  const __m256i mask0 = lanes8(cols), mask1 = lanes8(cols - 8);
+  const __m256i mask0 = first_lanes8(cols), mask1 = first_lanes8(cols - 8);
   __m256 acc[4][2];
   for (int r = 0; r < 4; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
   for (int64_t k = 0; k < K; k++) {

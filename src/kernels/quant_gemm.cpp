@@ -385,12 +385,10 @@ void stream_rows8(float* out, int64_t ldc, const float* a, int64_t lda, const QM
     if constexpr (F == DType::F8_E4M3)
       rs = static_cast<const float*>(w.scales)[n * w.scales_per_row] * 256.0f;
     for (int m = 0; m < MR; m++) {
-      // Chains (0 + 1) + (2 + 3), then the lanes in a fixed tree: (0+4, 1+5, 2+6, 3+7), then pairs.
-      const __m256 t =
-          _mm256_add_ps(_mm256_add_ps(acc[m][0], acc[m][1]), _mm256_add_ps(acc[m][2], acc[m][3]));
-      const __m128 q = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
-      const __m128 h = _mm_add_ps(q, _mm_movehl_ps(q, q));
-      out[m * ldc + n] = _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps(h, h, 1))) * rs;
+      // Chains (0 + 1) + (2 + 3), then the lanes in a fixed tree (lane_sum8).
+      out[m * ldc + n] =
+          lane_sum8(_mm256_add_ps(_mm256_add_ps(acc[m][0], acc[m][1]), _mm256_add_ps(acc[m][2], acc[m][3]))) *
+          rs;
     }
   }
 }
@@ -523,12 +521,7 @@ void int8_rows8(float* out, int64_t ldc, const ActQ8& a, int64_t m0, const QMat&
       block(b + 1, 1);
     }
     if (b < nb) block(b, 0);
-    for (int m = 0; m < MR; m++) {
-      const __m256 t = _mm256_add_ps(acc[m][0], acc[m][1]);
-      const __m128 q = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
-      const __m128 h = _mm_add_ps(q, _mm_movehl_ps(q, q));
-      out[m * ldc + n] = _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps(h, h, 1)));
-    }
+    for (int m = 0; m < MR; m++) out[m * ldc + n] = lane_sum8(_mm256_add_ps(acc[m][0], acc[m][1]));
   }
 }
 
@@ -1138,11 +1131,11 @@ bool takes_int8_avx2(const QMat& w) {
 #endif
 }
 
-// out = in · W[e]ᵀ on the AVX2 int8 kernel for the tiles given (rows r0 + [0, rows) of in and out per tile's
-// expert, through rows_of): activations deinterleaved (MXFP4) and quantized once for the whole call.
-template <typename RowsOf>
+// out = in · W[e]ᵀ on the AVX2 int8 kernel for the tiles given: rows [offsets[e], offsets[e + 1]) of in and
+// out for a tile of expert e (a single matrix: expert 0, offsets {0, M}); the activations deinterleaved
+// (MXFP4) and quantized once for the whole call.
 void int8_avx2_tiles(float* out, int64_t ldc, const float* in, int64_t T, const Tensor& W,
-                     const std::vector<Tile>& tiles, size_t bytes, RowsOf&& rows_of) {
+                     const std::vector<Tile>& tiles, size_t bytes, const int64_t* offsets) {
 #if defined(ZAYA_STREAM_AVX2)
   const int64_t K = W.dim(-1);
   ZAYA_CHECK(
@@ -1156,12 +1149,11 @@ void int8_avx2_tiles(float* out, int64_t ldc, const float* in, int64_t T, const 
   quantize_activations(&aq_here, a, T, K);
   const ActQ8& aq = aq_here;
   run_tiles(tiles, bytes, [&](const Tile& t) {
-    int64_t r0 = 0, rows = 0;
-    rows_of(t, &r0, &rows);
+    const int64_t r0 = offsets[t.expert], rows = offsets[t.expert + 1] - r0;
     int8_tile8_any(out + r0 * ldc, ldc, aq, r0, rows, qmat(W, t.expert), t.n0, t.n1);
   });
 #else
-  (void)out, (void)ldc, (void)in, (void)T, (void)W, (void)tiles, (void)bytes, (void)rows_of;
+  (void)out, (void)ldc, (void)in, (void)T, (void)W, (void)tiles, (void)bytes, (void)offsets;
   ZAYA_CHECK(false, "quant_linear_forward: this build has no AVX2 int8 kernel");
 #endif
 }
@@ -1345,11 +1337,8 @@ void quant_linear_forward_with(QuantPath path, float* out, int64_t ldc, const fl
     std::vector<Tile> tiles;
     const int64_t tr = tile_rows(w.N, 1, threads_here());
     for (int64_t n0 = 0; n0 < w.N; n0 += tr) tiles.push_back({0, n0, std::min(w.N, n0 + tr)});
-    int8_avx2_tiles(out, ldc, in, M, W, tiles, size_t(w.N) * w.row_bytes,
-                    [&](const Tile&, int64_t* r0, int64_t* rows) {
-                      *r0 = 0;
-                      *rows = M;
-                    });
+    const int64_t rows[2] = {0, M};
+    int8_avx2_tiles(out, ldc, in, M, W, tiles, size_t(w.N) * w.row_bytes, rows);
     return;
   }
   thread_local std::vector<float> abuf;
@@ -1436,10 +1425,7 @@ void quant_grouped_linear_forward(float* out, const float* in, const Tensor& W, 
     for (int64_t e : streamed)
       for (int64_t n0 = 0; n0 < N; n0 += tr) tiles.push_back({e, n0, std::min(N, n0 + tr)});
     int8_avx2_tiles(out, N, in, T, W, tiles, streamed.size() * size_t(N) * dtype_row_bytes(W.dtype, K),
-                    [&](const Tile& t, int64_t* r0, int64_t* rows) {
-                      *r0 = offsets[t.expert];
-                      *rows = offsets[t.expert + 1] - *r0;
-                    });
+                    offsets);
     return;
   }
   thread_local std::vector<float> abuf;

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/lane_sum.h"
+
 #if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
@@ -89,19 +91,6 @@ inline __m256 exp_ps8(__m256 x) {
   return _mm256_mul_ps(_mm256_mul_ps(y, p1), p2);
 }
 
-// Lanes 0 .. n-1 set (n clamped to [0, 8]): a mask for maskload / maskstore.
-inline __m256i lanes8(int64_t n) {
-  const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(int(n < 0 ? 0 : n > 8 ? 8 : n)), idx);
-}
-
-// Σ of 16 lanes held as lo (0..7) and hi (8..15), in _mm512_reduce_add_ps's tree: l + l+8, l+4, l+2, l+1.
-inline float lane_sum16(__m256 lo, __m256 hi) {
-  const __m256 t = _mm256_add_ps(lo, hi);
-  const __m128 q = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
-  const __m128 h = _mm_add_ps(q, _mm_movehl_ps(q, q));
-  return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
-}
 #endif
 
 }  // namespace
@@ -174,7 +163,7 @@ double exp_shift_sum(float* out, const float* x, int64_t n, float shift) {
   __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd(), a2 = _mm256_setzero_pd(),
           a3 = _mm256_setzero_pd();
   for (; i < n; i += 16) {
-    const __m256i m0 = lanes8(n - i), m1 = lanes8(n - i - 8);
+    const __m256i m0 = first_lanes8(n - i), m1 = first_lanes8(n - i - 8);
     const __m256 e0 =
         _mm256_and_ps(_mm256_castsi256_ps(m0), exp_ps8(_mm256_sub_ps(_mm256_maskload_ps(x + i, m0), vs)));
     const __m256 e1 =
