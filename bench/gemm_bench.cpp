@@ -145,6 +145,10 @@ int register_all() {
       {"lm_head_chunk", Layout::Fwd, 512, kVocab, H},
       {"lm_head_chunk", Layout::Dx, 512, H, kVocab},
       {"lm_head_chunk", Layout::Dw, kVocab, H, 512},
+      // The main job's model (configs/small.json, 16 x 128 tokens): vocab 8192, hidden 256.
+      {"small_lm_head", Layout::Fwd, T, 8192, 256},
+      {"small_lm_head", Layout::Dx, T, 256, 8192},
+      {"small_lm_head", Layout::Dw, 8192, 256, T},
       // Decode (one or a few tokens) and per-head attention-sized products: here call overhead matters.
       {"decode_qk_proj", Layout::Fwd, 1, 1280, H},
       {"decode_lm_head", Layout::Fwd, 1, kVocab, H},

@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -93,8 +94,10 @@ struct Case {
   int64_t M, N, K;
 };
 
-const std::vector<Case> kOddCases = {{1, 1, 1},   {1, 3, 17},   {3, 1, 17},   {17, 3, 1},     {3, 17, 65},
-                                     {65, 17, 3}, {17, 65, 33}, {65, 65, 65}, {130, 97, 257}, {257, 33, 130}};
+const std::vector<Case> kOddCases = {
+    {1, 1, 1},    {1, 3, 17},   {3, 1, 17},     {17, 3, 1},     {3, 17, 65}, {65, 17, 3},
+    {17, 65, 33}, {65, 65, 65}, {130, 97, 257}, {257, 33, 130}, {600, 9, 19}};  // a transposed A wider than a
+                                                                                // 512-column strip
 
 // Runs every case x transpose combo x (alpha, beta) x padding for one backend and operand dtypes.
 void check_backend(GemmBackend backend, DType a_type, DType b_type, double rtol) {
@@ -176,6 +179,27 @@ TEST(Gemm, Bf16WidenedToFp32WhereOneDnnHasNoBf16) {
     check_backend(b, DType::BF16, DType::BF16, 1e-3);
     check_backend(b, DType::F32, DType::BF16, 1e-3);
     check_backend(b, DType::BF16, DType::F32, 1e-3);
+  }
+  // An fp32 operand off the bf16 grid is rounded element-wise (the vector rounding, whole and tail lanes),
+  // transposed or not: the product equals the product of its rounded copy, bitwise.
+  {
+    std::mt19937 rng(3);
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    const int64_t M = 37, N = 21, K = 45;
+    std::vector<float> x(size_t(M * K)), x_rounded(x.size());
+    std::vector<uint16_t> w(size_t(K * N));
+    for (float& v : x) v = dist(rng);
+    for (uint16_t& v : w) v = f32_to_bf16(dist(rng));
+    for (size_t i = 0; i < x.size(); i++) x_rounded[i] = bf16_to_f32(f32_to_bf16(x[i]));
+    for (bool ta : {false, true}) {
+      SCOPED_TRACE(ta ? "A transposed" : "A plain");
+      const int64_t lda = ta ? M : K;  // x read as stored [M, K] or [K, M]
+      std::vector<float> c1(size_t(M * N)), c2(size_t(M * N));
+      const MatRef wb{w.data(), DType::BF16, N, false};
+      gemm(M, N, K, 1.0f, mat(x.data(), lda, ta), wb, 0.0f, c1.data(), N);
+      gemm(M, N, K, 1.0f, mat(x_rounded.data(), lda, ta), wb, 0.0f, c2.data(), N);
+      EXPECT_EQ(std::memcmp(c1.data(), c2.data(), c1.size() * sizeof(float)), 0);
+    }
   }
   const float a = 1.0f + 1.0f / 1024.0f;  // rounds to exactly 1 in bf16
   const uint16_t three = f32_to_bf16(3.0f);

@@ -695,9 +695,10 @@ TEST_F(SafetensorsTest, CheckpointDirectoryWithoutModelFiles) {
 }
 
 namespace zaya {
-// The bulk fp32 -> bf16 conversion (16 lanes where the build targets AVX-512) gives f32_to_bf16's bits for
-// every kind of value: ties to even both ways, subnormals, the largest finite values rounding to infinity,
-// infinities, NaNs of both signs (quieted) and random words; over a length that leaves a scalar tail.
+// The bulk fp32 -> bf16 conversions (16 lanes where the build targets AVX-512, 8 on AVX2) give f32_to_bf16's
+// bits for every kind of value: ties to even both ways, subnormals, the largest finite values rounding to
+// infinity, infinities, NaNs of both signs (quieted) and random words; over a length that leaves a scalar
+// tail.
 TEST(DType, BulkBf16ConversionEqualsScalar) {
   std::vector<uint32_t> words = {0x00000000u, 0x80000000u, 0x00000001u, 0x00008000u, 0x00018000u,
                                  0x007fffffu, 0x3f808000u, 0x3f818000u, 0x3f807fffu, 0x7f7fffffu,
@@ -711,5 +712,18 @@ TEST(DType, BulkBf16ConversionEqualsScalar) {
   convert_f32_to_bf16(bulk.data(), src.data(), int64_t(src.size()));
   for (size_t i = 0; i < src.size(); i++)
     ASSERT_EQ(bulk[i], f32_to_bf16(src[i])) << "word 0x" << std::hex << words[i];
+  // The same rounding kept in fp32 (out of place and in place), and the bulk widening back.
+  std::vector<float> rounded(src.size()), in_place = src, widened(src.size());
+  round_f32_to_bf16_values(rounded.data(), src.data(), int64_t(src.size()));
+  round_f32_to_bf16_values(in_place.data(), in_place.data(), int64_t(in_place.size()));
+  convert_bf16_to_f32(widened.data(), bulk.data(), int64_t(bulk.size()));
+  for (size_t i = 0; i < src.size(); i++) {
+    const uint32_t expect = uint32_t(f32_to_bf16(src[i])) << 16;
+    uint32_t got[3];
+    std::memcpy(&got[0], &rounded[i], 4);
+    std::memcpy(&got[1], &in_place[i], 4);
+    std::memcpy(&got[2], &widened[i], 4);
+    for (uint32_t g : got) ASSERT_EQ(g, expect) << "word 0x" << std::hex << words[i];
+  }
 }
 }  // namespace zaya

@@ -1,6 +1,6 @@
 #include "core/dtype.h"
 
-#if defined(__AVX512F__)
+#if defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
@@ -138,8 +138,32 @@ uint16_t f32_to_f16(float f) {
 }
 
 void convert_bf16_to_f32(float* dst, const uint16_t* src, int64_t n) {
-  for (int64_t i = 0; i < n; i++) dst[i] = bf16_to_f32(src[i]);
+  int64_t i = 0;
+#if defined(__AVX2__)
+  for (; i + 8 <= n; i += 8) {
+    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm256_slli_epi32(w, 16));
+  }
+#endif
+  for (; i < n; i++) dst[i] = bf16_to_f32(src[i]);
 }
+
+#if defined(__AVX2__)
+namespace {
+// f32_to_bf16 of 8 lanes as 32-bit words (the bf16 in the low half): NaN quieted, round to nearest even,
+// subnormals kept; the same bits as the scalar function.
+inline __m256i f32_to_bf16_words8(__m256i u) {
+  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+  const __m256i bias = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1), quiet = _mm256_set1_epi32(0x40);
+  // Signed compare is right here: both sides have the sign bit clear.
+  const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs_mask), inf);
+  const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), one);
+  const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(bias, odd)), 16);
+  const __m256i quieted = _mm256_or_si256(_mm256_srli_epi32(u, 16), quiet);
+  return _mm256_blendv_epi8(rounded, quieted, nan);
+}
+}  // namespace
+#endif
 
 void convert_f32_to_bf16(uint16_t* dst, const float* src, int64_t n) {
   int64_t i = 0;
@@ -156,8 +180,29 @@ void convert_f32_to_bf16(uint16_t* dst, const float* src, int64_t n) {
     r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), quiet);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm512_cvtepi32_epi16(r));
   }
+#elif defined(__AVX2__)
+  // The same on 8 lanes (AVX2 machines: the scalar loop made every bf16 rounding of a training step scalar).
+  for (; i + 16 <= n; i += 16) {
+    const __m256i lo = f32_to_bf16_words8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i)));
+    const __m256i hi = f32_to_bf16_words8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i + 8)));
+    // packus works per 128-bit lane (lo0 hi0 lo1 hi1); the permute restores element order. Words are
+    // <= 0xffff, so the unsigned saturation never bites.
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(lo, hi), 0xd8);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), packed);
+  }
 #endif
   for (; i < n; i++) dst[i] = f32_to_bf16(src[i]);
+}
+
+void round_f32_to_bf16_values(float* dst, const float* src, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX2__)
+  for (; i + 8 <= n; i += 8) {
+    const __m256i w = f32_to_bf16_words8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm256_slli_epi32(w, 16));
+  }
+#endif
+  for (; i < n; i++) dst[i] = bf16_to_f32(f32_to_bf16(src[i]));
 }
 
 void convert_f16_to_f32(float* dst, const uint16_t* src, int64_t n) {

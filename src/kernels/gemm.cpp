@@ -77,6 +77,9 @@
 
 #include <cblas.h>
 #include <omp.h>
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <atomic>
@@ -189,23 +192,81 @@ MatRef to_bf16(const MatRef& X, int64_t rows, int64_t cols, ScratchBuffer& buf) 
   return {dst, DType::BF16, cols, X.trans};
 }
 
+// dst[0..n) = the bf16 values of row `src` (n elements of X's dtype) in fp32: bf16 widened, fp32 rounded.
+void bf16_values_of_row(float* dst, const MatRef& X, const void* src, int64_t n) {
+  if (X.dtype == DType::BF16) {
+    convert_bf16_to_f32(dst, static_cast<const uint16_t*>(src), n);
+  } else {
+    round_f32_to_bf16_values(dst, static_cast<const float*>(src), n);
+  }
+}
+
 // The fp32 copy of operand X (stored as [rows, cols], row stride X.ld) holding its bf16 values: bf16 elements
 // widened, fp32 ones rounded to bf16 and widened back (a bf16 product's inputs, exactly), packed into `buf`.
 // For CPUs where oneDNN has no bf16 matmul (see gemm_onednn_bf16).
 MatRef to_f32_of_bf16(const MatRef& X, int64_t rows, int64_t cols, ScratchBuffer& buf) {
   auto* dst = static_cast<float*>(buf.get(size_t(rows * cols) * sizeof(float)));
+  const size_t esize = X.dtype == DType::BF16 ? 2 : 4;
+  const auto* src = static_cast<const char*>(X.data);
   const int nt = rows * cols >= (int64_t(1) << 16) ? threads_here() : 1;
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
-  for (int64_t r = 0; r < rows; r++) {
-    float* d = dst + r * cols;
-    if (X.dtype == DType::BF16) {
-      convert_bf16_to_f32(d, static_cast<const uint16_t*>(X.data) + r * X.ld, cols);
-    } else {
-      const float* src = static_cast<const float*>(X.data) + r * X.ld;
-      for (int64_t c = 0; c < cols; c++) d[c] = bf16_to_f32(f32_to_bf16(src[c]));
+  for (int64_t r = 0; r < rows; r++)
+    bf16_values_of_row(dst + r * cols, X, src + size_t(r * X.ld) * esize, cols);
+  return {dst, DType::F32, cols, X.trans};
+}
+
+// The same values as to_f32_of_bf16, stored transposed: X is stored as [rows, cols] (row stride X.ld) and
+// the copy is [cols, rows], packed, so a transposed operand becomes a plain one. oneDNN's fp32 kernel on
+// AVX2 runs a transposed A at half speed when N is narrow (bench/gemm_bench small_lm_head dW, 8192x256x2048:
+// 70 GFLOP/s as dYᵀ·X, 130 as the same product with dYᵀ copied), and the widening copies every element
+// anyway, so the transposed write costs little more.
+MatRef to_f32_of_bf16_transposed(const MatRef& X, int64_t rows, int64_t cols, ScratchBuffer& buf) {
+  auto* dst = static_cast<float*>(buf.get(size_t(rows * cols) * sizeof(float)));  // [cols, rows]
+  const size_t esize = X.dtype == DType::BF16 ? 2 : 4;
+  const auto* src = static_cast<const char*>(X.data);
+  constexpr int64_t kRows = 8, kCols = 512;  // a strip of 8 stored rows, 512 columns at a time (16 KB)
+  const int64_t strips = (rows + kRows - 1) / kRows;
+  const int nt = rows * cols >= (int64_t(1) << 16) ? threads_here() : 1;
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+  for (int64_t s = 0; s < strips; s++) {
+    alignas(64) float strip[kRows][kCols];  // strip[i][j] = value of stored (r0 + i, c0 + j)
+    const int64_t r0 = s * kRows, nr = std::min(kRows, rows - r0);
+    for (int64_t c0 = 0; c0 < cols; c0 += kCols) {
+      const int64_t nc = std::min(kCols, cols - c0);
+      for (int64_t i = 0; i < nr; i++)
+        bf16_values_of_row(strip[i], X, src + (size_t((r0 + i) * X.ld) + size_t(c0)) * esize, nc);
+      int64_t j = 0;
+#if defined(__AVX2__)
+      if (nr == kRows) {
+        for (; j + 8 <= nc; j += 8) {  // 8x8 transpose in registers
+          __m256 v[8], t[8];
+          for (int i = 0; i < 8; i++) v[i] = _mm256_load_ps(&strip[i][j]);
+          for (int i = 0; i < 8; i += 2) {
+            t[i] = _mm256_unpacklo_ps(v[i], v[i + 1]);
+            t[i + 1] = _mm256_unpackhi_ps(v[i], v[i + 1]);
+          }
+          for (int i = 0; i < 8; i += 4) {
+            v[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+            v[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xee);
+            v[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+            v[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+          }
+          // v[q] (q < 4) holds column j+q of rows 0-3 in its low half and column j+q+4 in its high half;
+          // v[q+4] the same for rows 4-7: joining the halves gives whole columns.
+          for (int q = 0; q < 4; q++) {
+            float* out_lo = dst + (c0 + j + q) * rows + r0;
+            float* out_hi = dst + (c0 + j + q + 4) * rows + r0;
+            _mm256_storeu_ps(out_lo, _mm256_permute2f128_ps(v[q], v[q + 4], 0x20));
+            _mm256_storeu_ps(out_hi, _mm256_permute2f128_ps(v[q], v[q + 4], 0x31));
+          }
+        }
+      }
+#endif
+      for (; j < nc; j++)
+        for (int64_t i = 0; i < nr; i++) dst[(c0 + j) * rows + r0 + i] = strip[i][j];
     }
   }
-  return {dst, DType::F32, cols, X.trans};
+  return {dst, DType::F32, rows, false};
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -543,7 +604,8 @@ void gemm_with(GemmBackend backend, int64_t M, int64_t N, int64_t K, float alpha
   MatRef a = A, b = B;
   if (bf16 && !gemm_onednn_bf16()) {
     // No bf16 matmul in oneDNN here: the same bf16 values in fp32, products exact, fp32 accumulation.
-    a = to_f32_of_bf16(a, a.trans ? K : M, a.trans ? M : K, t_f32_a);
+    // A transposed (weight gradients, dYᵀ·X) is copied untransposed: see to_f32_of_bf16_transposed.
+    a = a.trans ? to_f32_of_bf16_transposed(a, K, M, t_f32_a) : to_f32_of_bf16(a, M, K, t_f32_a);
     b = to_f32_of_bf16(b, b.trans ? N : K, b.trans ? K : N, t_f32_b);
   } else if (bf16) {
     if (a.dtype == DType::F32) a = to_bf16(a, a.trans ? K : M, a.trans ? M : K, t_bf16_a);
