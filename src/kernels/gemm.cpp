@@ -40,6 +40,13 @@
 // So on Zen 5 bf16 products of 128+ rows and columns take rt-M (cpu_full_width_avx512); Zen 4 keeps the
 // rules below.
 //
+// Zen 3 (family 25 model 1, AVX2 only: oneDNN 2.6 has no bf16 matmul there, so bf16 products widen both
+// operands to fp32, gemm_onednn_bf16), fp32, same bench: the mid shapes run at 145-170 in every layout and
+// backend (peak ~170), except a transposed A with a narrow N: the main job's LM head weight gradient
+// 8192x256x2048 dYᵀ·X runs at 63-75 on both oneDNN kernels (OpenBLAS 149), and at 127-138 as the same product
+// with dYᵀ copied untransposed (dY·X layout). The widening copies every element anyway, so there it writes
+// a transposed A untransposed (to_f32_of_bf16_transposed).
+//
 // So oneDNN throughout, zaya's own small kernel (gemm_small.h) for tiny fp32 products (lowest call overhead;
 // it replaced OpenBLAS there, whose kernel follows OPENBLAS_CORETYPE: bench/openblas_coretype.sh), and per
 // shape class: rt-M when all of M, N, K are >= 1024 (up to 2x for the lm_head weight gradient) and for

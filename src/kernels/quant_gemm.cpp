@@ -307,8 +307,8 @@ void dequant_rows(float* out32, uint16_t* out16, const QMat& w, int64_t n0, int6
 // ---- The fp32 streaming kernel on 256-bit vectors: decode on CPUs without AVX-512 (AMD Zen 3, Intel
 // before Skylake-SP), and on every AVX2 build through QuantPath::StreamAvx2 (tests). ----
 
-// The 32 elements of block b of a row as four fp32 vectors of 8 (unscaled; FP8 times 2^-8 as in the AVX-512
-// kernel): elements [0, 8), [8, 16), [16, 24), [24, 32), or for MXFP4 the even ones then the odd ones.
+// The 32 elements of block b of a row as four fp32 vectors of 8 (unscaled): elements [0, 8), [8, 16), [16,
+// 24), [24, 32), or for MXFP4 the even ones then the odd ones.
 template <DType F>
 inline void load_block8(const uint8_t* row, int64_t b, __m256* v) {
   if constexpr (F == DType::Q8_0) {
@@ -332,12 +332,29 @@ inline void load_block8(const uint8_t* row, int64_t b, __m256* v) {
     for (int j = 0; j < 4; j++)
       v[j] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(p + j)), 16));
   } else {
-    // e4m3 -> fp16 times 2^-8, as load_block: S.EEEE.MMM -> S.0EEEE.MMM0000000.
+    // e4m3 S.EEEE.MMM sign-extended to 32 bits and shifted left by 20 puts EEEE.MMM in fp32's top exponent
+    // and mantissa bits and S in bit 31 (the mask drops the extension): the fp32 whose value is the e4m3
+    // value times 2^-120 (e4m3 subnormals become fp32 subnormals, exactly). One multiply by 2^120 restores
+    // it, exactly: 4 instructions per 8 weights where the fp16 route (load_block's) takes 6. The value then
+    // is the same as load_block's times 2^8, which the row scale leaves out (stream_rows8): same sums.
+    // NaN (S.1111.111, f8e4m3_to_f32) would come out as ±480: a block holding one (a broken checkpoint; one
+    // compare per block finds it) takes the lanes' NaN by a second pass.
     const uint8_t* p = row + b * 32;
+    const __m256i keep = _mm256_set1_epi32(int(0x87F00000u));
+    const __m256 two_120 = _mm256_set1_ps(0x1p120f);
+    __m256i x[4];
     for (int j = 0; j < 4; j++) {
-      const __m128i w = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8 * j)));
-      const __m128i h = _mm_and_si128(_mm_srai_epi16(_mm_slli_epi16(w, 8), 1), _mm_set1_epi16(short(0xBFFF)));
-      v[j] = _mm256_cvtph_ps(h);
+      x[j] = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8 * j)));
+      v[j] = _mm256_mul_ps(_mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(x[j], 20), keep)), two_120);
+    }
+    const __m256i low7 = _mm256_set1_epi8(0x7f);
+    const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    if (_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_and_si256(bytes, low7), low7)) != 0) {
+      // S.1111.111 sign-extended and shifted left by 25 is 0xFE000000 for either sign.
+      const __m256i nan_code = _mm256_set1_epi32(int(0xFE000000u));
+      for (int j = 0; j < 4; j++)
+        v[j] = _mm256_or_ps(v[j],
+                            _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_slli_epi32(x[j], 25), nan_code)));
     }
   }
 }
@@ -382,8 +399,7 @@ void stream_rows8(float* out, int64_t ldc, const float* a, int64_t lda, const QM
       }
     }
     float rs = 1.0f;
-    if constexpr (F == DType::F8_E4M3)
-      rs = static_cast<const float*>(w.scales)[n * w.scales_per_row] * 256.0f;
+    if constexpr (F == DType::F8_E4M3) rs = static_cast<const float*>(w.scales)[n * w.scales_per_row];
     for (int m = 0; m < MR; m++) {
       // Chains (0 + 1) + (2 + 3), then the lanes in a fixed tree (lane_sum8).
       out[m * ldc + n] =
@@ -449,6 +465,20 @@ inline __m256i load_block_i8(const uint8_t* row, int64_t b) {
   }
 }
 
+// MXFP4 blocks b and b + 1 of a row as load_block_i8 gives them, from one 256-bit load: the low nibbles of
+// both blocks (their even elements) and the high ones (odd elements) looked up in one shuffle each, then
+// each block's even and odd halves joined across the 128-bit lanes.
+inline void load_block_pair_i8(__m256i out[2], const uint8_t* row, int64_t b) {
+  const __m256i table =
+      _mm256_broadcastsi128_si256(_mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12));
+  const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + b * 16));
+  const __m256i nib = _mm256_set1_epi8(15);
+  const __m256i even = _mm256_shuffle_epi8(table, _mm256_and_si256(bytes, nib));
+  const __m256i odd = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nib));
+  out[0] = _mm256_permute2x128_si256(even, odd, 0x20);  // block b: its even elements, then its odd ones
+  out[1] = _mm256_permute2x128_si256(even, odd, 0x31);  // block b + 1
+}
+
 // The 8 partial integer dots of a block (w, a: 32 int8 each) as fp32 lanes. vpmaddubsw multiplies unsigned by
 // signed bytes, so |w| meets a with w's sign; a pair's sum is at most 2 · 128 · 127 < 2^15 (activations are
 // in [-127, 127]): no saturation, the lanes are exact.
@@ -506,8 +536,7 @@ void int8_rows8(float* out, int64_t ldc, const ActQ8& a, int64_t m0, const QMat&
     }
     __m256 acc[MR][2];
     for (int m = 0; m < MR; m++) acc[m][0] = acc[m][1] = _mm256_setzero_ps();
-    auto block = [&](int64_t bi, int chain) {
-      const __m256i wq = load_block_i8<F>(row, bi);
+    auto block_dot_rows = [&](__m256i wq, int64_t bi, int chain) {
       const __m256i w_abs = _mm256_sign_epi8(wq, wq);  // -128 -> 0x80, read as u8 128
 #pragma GCC unroll 4
       for (int m = 0; m < MR; m++) {
@@ -516,9 +545,19 @@ void int8_rows8(float* out, int64_t ldc, const ActQ8& a, int64_t m0, const QMat&
                                         acc[m][chain]);
       }
     };
+    auto block = [&](int64_t bi, int chain) { block_dot_rows(load_block_i8<F>(row, bi), bi, chain); };
     for (b = 0; b + 2 <= nb; b += 2) {
-      block(b, 0);
-      block(b + 1, 1);
+      if constexpr (F == DType::MXFP4) {
+        // Both blocks' nibbles in one 256-bit load: block(b) would widen each half on its own (a 128-bit
+        // load, shift and insert per block); the same int8 values, so the same sums.
+        __m256i pair[2];
+        load_block_pair_i8(pair, row, b);
+        block_dot_rows(pair[0], b, 0);
+        block_dot_rows(pair[1], b + 1, 1);
+      } else {
+        block(b, 0);
+        block(b + 1, 1);
+      }
     }
     if (b < nb) block(b, 0);
     for (int m = 0; m < MR; m++) out[m * ldc + n] = lane_sum8(_mm256_add_ps(acc[m][0], acc[m][1]));
