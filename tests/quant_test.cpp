@@ -259,6 +259,31 @@ TEST(QuantGemm, DequantGemmEqualsBf16Product) {
   }
 }
 
+// Prefill's dequantized tiles hold exactly dequantize_row's values (F32 tiles) or their bf16 rounding (BF16
+// tiles), in the natural element order: an identity activation matrix reads them back through the GEMM
+// (one nonzero product per output: exact).
+TEST(QuantGemm, DequantTilesEqualDequantizeRow) {
+  for (DType f : kFormats) {
+    const int64_t N = 40, K = 96;
+    Tensor W = quantize(random_f32({N, K}, 17, 0.05f), f);
+    std::vector<float> eye(size_t(K * K), 0.0f);
+    for (int64_t k = 0; k < K; k++) eye[size_t(k * K + k)] = 1.0f;
+    std::vector<float> deq(static_cast<size_t>(K));
+    for (DType tile : {DType::F32, DType::BF16}) {
+      std::vector<float> got(size_t(K * N), NAN);
+      quant_linear_forward_with(QuantPath::DequantGemm, got.data(), N, eye.data(), K, W, tile);
+      for (int64_t n = 0; n < N; n++) {
+        dequantize_row(deq.data(), W, n);
+        for (int64_t k = 0; k < K; k++) {
+          const float want = tile == DType::F32 ? deq[size_t(k)] : bf16_to_f32(f32_to_bf16(deq[size_t(k)]));
+          ASSERT_EQ(got[size_t(k * N + n)], want)
+              << quant_scheme_name(f) << " tile " << dtype_name(tile) << " row " << n << " col " << k;
+        }
+      }
+    }
+  }
+}
+
 // The fp32 streaming kernel: row m of the result depends on row m of the input only, bitwise equal whatever
 // M and the thread count.
 TEST(QuantGemm, StreamIsBatchInvariant) {

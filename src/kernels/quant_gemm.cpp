@@ -587,6 +587,43 @@ void int8_tile8_any(float* out, int64_t ldc, const ActQ8& a, int64_t m0, int64_t
   int8_tile8<DType::MXFP4>(out, ldc, a, m0, M, w, n0, n1);
 }
 
+// Rows [n0, n0 + rows) of W dequantized into out32 or out16 ([rows, K], natural element order): load_block8's
+// vectors times the block's (or, FP8, the row's) scale, one multiply an element as dequantize_row does, so
+// the same values (MXFP4: twice the E2M1 value times half the scale, exact). Prefill's tiles on AVX2 builds
+// (dequantize_row's FP8 path calls ldexp per element).
+template <DType F>
+void dequant_rows8(float* out32, uint16_t* out16, const QMat& w, int64_t n0, int64_t rows) {
+  constexpr int kScaleBytes = F == DType::Q8_0 ? 2 : F == DType::MXFP4 ? 1 : 4;
+  const int64_t K = w.K, nb = K / 32;
+  for (int64_t r = 0; r < rows; r++) {
+    const int64_t n = n0 + r;
+    const uint8_t* row = w.q + size_t(n) * w.row_bytes;
+    const void* srow = static_cast<const char*>(w.scales) + size_t(n * w.scales_per_row) * kScaleBytes;
+    for (int64_t b = 0; b < nb; b++) {
+      __m256 v[4];
+      load_block8<F>(row, b, v);
+      const float d = F == DType::F8_E4M3 ? static_cast<const float*>(w.scales)[n * w.scales_per_row]
+                                          : block_scale8<F>(srow, b);
+      const __m256 dv = _mm256_set1_ps(d);
+      for (int j = 0; j < 4; j++) v[j] = _mm256_mul_ps(v[j], dv);
+      if constexpr (F == DType::MXFP4) {
+        // v: elements 0, 2, .. 14 | 16, .. 30 | 1, 3, .. 15 | 17, .. 31: interleave back to 0, 1, 2, ...
+        __m256 e[4];
+        for (int h = 0; h < 2; h++) {
+          const __m256 lo = _mm256_unpacklo_ps(v[h], v[h + 2]), hi = _mm256_unpackhi_ps(v[h], v[h + 2]);
+          e[2 * h] = _mm256_permute2f128_ps(lo, hi, 0x20);
+          e[2 * h + 1] = _mm256_permute2f128_ps(lo, hi, 0x31);
+        }
+        for (int j = 0; j < 4; j++) v[j] = e[j];
+      }
+      alignas(32) float t[32];
+      float* dst = out32 ? out32 + r * K + b * 32 : t;
+      for (int j = 0; j < 4; j++) _mm256_storeu_ps(dst + 8 * j, v[j]);
+      if (!out32) convert_f32_to_bf16(out16 + r * K + b * 32, t, 32);
+    }
+  }
+}
+
 #endif  // ZAYA_STREAM_AVX2
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
@@ -1093,6 +1130,22 @@ void dequant_tile(float* out32, uint16_t* out16, const Tensor& W, int64_t expert
           continue;
         case DType::F8_E4M3:
           dequant_rows<DType::F8_E4M3>(o32, o16, w, n0 + r0, nr);
+          continue;
+        default:
+          break;
+      }
+    }
+#elif defined(ZAYA_STREAM_AVX2)
+    if (w.K % 32 == 0) {
+      switch (w.fmt) {
+        case DType::Q8_0:
+          dequant_rows8<DType::Q8_0>(o32, o16, w, n0 + r0, nr);
+          continue;
+        case DType::MXFP4:
+          dequant_rows8<DType::MXFP4>(o32, o16, w, n0 + r0, nr);
+          continue;
+        case DType::F8_E4M3:
+          dequant_rows8<DType::F8_E4M3>(o32, o16, w, n0 + r0, nr);
           continue;
         default:
           break;
