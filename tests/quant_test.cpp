@@ -210,10 +210,10 @@ TEST(QuantGemm, StreamEqualsDequantizedProduct) {
   }
 }
 
-// The AVX2 streaming kernel widens every e4m3 code exactly (subnormals, both zeros, ±448) and the two NaN
-// codes (0x7f, 0xff) to NaN: 256 codes as 8 rows of 32 against identity activations, every row M once.
-TEST(QuantGemm, StreamAvx2WidensEveryFp8Code) {
-  if (!quant_avx2_stream_available()) GTEST_SKIP() << "this build has no AVX2 streaming kernel";
+// Every e4m3 code through kernel `path`: 256 codes as 8 rows of 32 against identity activations, every
+// row M once. Each code widens exactly (subnormals, both zeros, ±448); the two NaN codes (0x7f, 0xff) make
+// their rows NaN.
+void check_every_fp8_code(QuantPath path) {
   const int64_t N = 8, K = 32;
   Tensor W = quantize(random_f32({N, K}, 51), DType::F8_E4M3);
   auto* codes = static_cast<uint8_t*>(W.data);
@@ -223,7 +223,7 @@ TEST(QuantGemm, StreamAvx2WidensEveryFp8Code) {
   std::vector<double> want, bound;
   reference(&want, &bound, W, 0, eye.data(), K);
   std::vector<float> got(size_t(K * N));
-  quant_linear_forward_with(QuantPath::StreamAvx2, got.data(), N, eye.data(), K, W);
+  quant_linear_forward_with(path, got.data(), N, eye.data(), K, W);
   int nan_rows = 0;  // a NaN weight makes its row NaN for every activation row (NaN · 0)
   for (int64_t m = 0; m < K; m++)
     for (int64_t n = 0; n < N; n++) {
@@ -236,6 +236,12 @@ TEST(QuantGemm, StreamAvx2WidensEveryFp8Code) {
       }
     }
   EXPECT_EQ(nan_rows, 2);  // the rows of 0x7f and 0xff
+}
+
+// The AVX2 streaming kernel.
+TEST(QuantGemm, StreamAvx2WidensEveryFp8Code) {
+  if (!quant_avx2_stream_available()) GTEST_SKIP() << "this build has no AVX2 streaming kernel";
+  check_every_fp8_code(QuantPath::StreamAvx2);
 }
 
 // The prefill path rounds weights and activations to bf16: compare with the product of those bf16 values.
@@ -383,28 +389,7 @@ TEST(QuantGemm, Bf16DotEqualsBf16ActivationProduct) {
 // dequantized weight bit for bit (and a row with a NaN code is NaN wherever it meets a 0).
 TEST(QuantGemm, Bf16DotWidensEveryFp8Code) {
   BF16_DOT_OR_SKIP();
-  const int64_t N = 8, K = 32;
-  Tensor W = quantize(random_f32({N, K}, 51), DType::F8_E4M3);
-  auto* codes = static_cast<uint8_t*>(W.data);
-  for (int b = 0; b < 256; b++) codes[b] = uint8_t(b);
-  std::vector<float> eye(size_t(K * K), 0.0f);
-  for (int64_t k = 0; k < K; k++) eye[size_t(k * K + k)] = 1.0f;
-  std::vector<double> want, bound;
-  reference(&want, &bound, W, 0, eye.data(), K);
-  std::vector<float> got(size_t(K * N));
-  quant_linear_forward_with(QuantPath::Bf16Dot, got.data(), N, eye.data(), K, W);
-  int nan_rows = 0;
-  for (int64_t m = 0; m < K; m++)
-    for (int64_t n = 0; n < N; n++) {
-      const size_t i = size_t(m * N + n);
-      if (std::isnan(want[i])) {
-        EXPECT_TRUE(std::isnan(got[i])) << "code " << n * K + m;
-        nan_rows += m == 0;
-      } else {
-        EXPECT_EQ(got[i], float(want[i])) << "code " << n * K + m << " (" << int(codes[n * K + m]) << ")";
-      }
-    }
-  EXPECT_EQ(nan_rows, 2);  // 0x7f and 0xff
+  check_every_fp8_code(QuantPath::Bf16Dot);
 }
 
 // With BF16 weights its sums are gemm()'s batch-invariant bf16 dot form: bitwise the RowInvariant GEMM of
