@@ -366,18 +366,6 @@ inline float block_scale8(const void* scales, int64_t b) {
   return e8m0_to_f32(static_cast<const uint8_t*>(scales)[b]) * 0.5f;
 }
 
-// Weight rows are a few KB, so each is a new page to the hardware prefetcher, which stops at page ends and
-// ramps up again on the next: decode's short streams then wait on memory latency. The AVX2 kernels fetch the
-// bytes kPrefetchAhead8 ahead of the block they read (past a row's end: the next rows, which follow it in
-// memory), one line per 64 bytes; a prefetch past the matrix never faults.
-constexpr size_t kPrefetchAhead8 = 4096;
-
-template <int kBlockBytes>
-inline void prefetch_block8(const uint8_t* row, int64_t b) {
-  if (kBlockBytes >= 64 || (b & (64 / kBlockBytes - 1)) == 0)
-    _mm_prefetch(reinterpret_cast<const char*>(row + b * kBlockBytes + kPrefetchAhead8), _MM_HINT_T0);
-}
-
 // out[m, n] = Σ_k W[n, k]·a[m, k] for n in [n0, n1), m in [0, MR) (row m of `a` at a + m·lda; MXFP4:
 // deinterleaved per block). Each weight row streams front to back; every block becomes four fp32 vectors
 // times its scale and meets every activation row. Each (row, activation row) keeps four chains of fmas, one
@@ -385,11 +373,10 @@ inline void prefetch_block8(const uint8_t* row, int64_t b) {
 // Zen 3 core), summed in a fixed order at the end: the same whatever MR and M, so a result depends on its
 // weight row and activation row only (batch invariant).
 template <DType F, int MR>
-void stream_rows8(float* out, int64_t ldc, const float* a, int64_t lda, const QMat& w, int64_t n0, int64_t n1,
-                  bool prefetch) {
+void stream_rows8(float* out, int64_t ldc, const float* a, int64_t lda, const QMat& w, int64_t n0,
+                  int64_t n1) {
   constexpr bool kBlockScales = F == DType::Q8_0 || F == DType::MXFP4;
   constexpr int kScaleBytes = F == DType::Q8_0 ? 2 : 1;
-  constexpr int kBlockBytes = F == DType::BF16 ? 64 : F == DType::MXFP4 ? 16 : 32;
   const int64_t nb = w.K / 32;
   for (int64_t n = n0; n < n1; n++) {
     const uint8_t* row = w.q + size_t(n) * w.row_bytes;
@@ -400,7 +387,6 @@ void stream_rows8(float* out, int64_t ldc, const float* a, int64_t lda, const QM
     for (int m = 0; m < MR; m++)
       for (int j = 0; j < 4; j++) acc[m][j] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-      if (prefetch) prefetch_block8<kBlockBytes>(row, b);
       __m256 v[4];
       load_block8<F>(row, b, v);
       if constexpr (kBlockScales) {
@@ -425,8 +411,7 @@ void stream_rows8(float* out, int64_t ldc, const float* a, int64_t lda, const QM
 
 // Rows [n0, n1) for all M activation rows, 3, 2 and 1 activation rows at a time (3 x 4 chains and a weight
 // vector fill the 16 registers; the activations are fma memory operands). With more than 3 rows each weight
-// row meets several row sets: the weight rows go in slices of about 128 kB, which later sets find in L2
-// (only the first set prefetches).
+// row meets several row sets: the weight rows go in slices of about 128 kB, which later sets find in L2.
 template <DType F>
 void stream_tile8(float* out, int64_t ldc, const float* a, int64_t lda, int64_t M, const QMat& w, int64_t n0,
                   int64_t n1) {
@@ -435,9 +420,9 @@ void stream_tile8(float* out, int64_t ldc, const float* a, int64_t lda, int64_t 
     const int64_t s1 = std::min(n1, s0 + slice);
     int64_t m = 0;
     for (; M - m >= 3 && M - m != 4; m += 3)
-      stream_rows8<F, 3>(out + m * ldc, ldc, a + m * lda, lda, w, s0, s1, m == 0);
-    for (; M - m >= 2; m += 2) stream_rows8<F, 2>(out + m * ldc, ldc, a + m * lda, lda, w, s0, s1, m == 0);
-    if (M - m >= 1) stream_rows8<F, 1>(out + m * ldc, ldc, a + m * lda, lda, w, s0, s1, m == 0);
+      stream_rows8<F, 3>(out + m * ldc, ldc, a + m * lda, lda, w, s0, s1);
+    for (; M - m >= 2; m += 2) stream_rows8<F, 2>(out + m * ldc, ldc, a + m * lda, lda, w, s0, s1);
+    if (M - m >= 1) stream_rows8<F, 1>(out + m * ldc, ldc, a + m * lda, lda, w, s0, s1);
   }
 }
 
@@ -529,9 +514,8 @@ inline __m256 block_scales8(const void* srow, int64_t b) {
 // summed (0 + 1) then in stream_rows8's fixed lane tree: the same whatever MR and M (batch invariant).
 template <DType F, int MR>
 void int8_rows8(float* out, int64_t ldc, const ActQ8& a, int64_t m0, const QMat& w, int64_t n0, int64_t n1,
-                float* scale, bool prefetch) {
+                float* scale) {
   constexpr int kScaleBytes = F == DType::Q8_0 ? 2 : 1;
-  constexpr int kBlockBytes = F == DType::Q8_0 ? 32 : 16;
   const int64_t nb = w.K / 32;
   const int8_t* aq[MR];
   const float* ad[MR];
@@ -565,7 +549,6 @@ void int8_rows8(float* out, int64_t ldc, const ActQ8& a, int64_t m0, const QMat&
     };
     auto block = [&](int64_t bi, int chain) { block_dot_rows(load_block_i8<F>(row, bi), bi, chain); };
     for (b = 0; b + 2 <= nb; b += 2) {
-      if (prefetch) prefetch_block8<2 * kBlockBytes>(row, b / 2);  // the pair's bytes
       if constexpr (F == DType::MXFP4) {
         // Both blocks' nibbles in one 256-bit load: block(b) would widen each half on its own (a 128-bit
         // load, shift and insert per block); the same int8 values, so the same sums.
@@ -594,10 +577,9 @@ void int8_tile8(float* out, int64_t ldc, const ActQ8& a, int64_t m0, int64_t M, 
   for (int64_t s0 = n0; s0 < n1; s0 += slice) {
     const int64_t s1 = std::min(n1, s0 + slice);
     int64_t m = 0;
-    for (; m + 4 <= M; m += 4)
-      int8_rows8<F, 4>(out + m * ldc, ldc, a, m0 + m, w, s0, s1, scale.data(), m == 0);
-    if (M - m >= 2) int8_rows8<F, 2>(out + m * ldc, ldc, a, m0 + m, w, s0, s1, scale.data(), m == 0), m += 2;
-    if (M - m >= 1) int8_rows8<F, 1>(out + m * ldc, ldc, a, m0 + m, w, s0, s1, scale.data(), m == 0);
+    for (; m + 4 <= M; m += 4) int8_rows8<F, 4>(out + m * ldc, ldc, a, m0 + m, w, s0, s1, scale.data());
+    if (M - m >= 2) int8_rows8<F, 2>(out + m * ldc, ldc, a, m0 + m, w, s0, s1, scale.data()), m += 2;
+    if (M - m >= 1) int8_rows8<F, 1>(out + m * ldc, ldc, a, m0 + m, w, s0, s1, scale.data());
   }
 }
 
