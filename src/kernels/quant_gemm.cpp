@@ -1103,6 +1103,19 @@ void run_tiles(const std::vector<Tile>& tiles, size_t bytes, Fn&& fn) {
   parallel_for_dynamic(tiles.size(), threads, [&](size_t i, int) { fn(tiles[i]); });
 }
 
+#if defined(__AVX512F__) || defined(ZAYA_STREAM_AVX2)
+// Rows of W dequantized on this build's widest vectors: dequant_rows (AVX-512 builds) or dequant_rows8 (AVX2
+// without AVX-512); the same values either way.
+template <DType F>
+void dequant_rows_simd(float* out32, uint16_t* out16, const QMat& w, int64_t n0, int64_t rows) {
+#if defined(__AVX512F__)
+  dequant_rows<F>(out32, out16, w, n0, rows);
+#else
+  dequant_rows8<F>(out32, out16, w, n0, rows);
+#endif
+}
+#endif
+
 // Rows [n0, n0 + rows) of W's expert `expert` into out32 or out16 ([rows, K]), rows spread over the threads.
 void dequant_tile(float* out32, uint16_t* out16, const Tensor& W, int64_t expert, int64_t n0, int64_t rows) {
   const QMat w = qmat(W, expert);
@@ -1121,33 +1134,17 @@ void dequant_tile(float* out32, uint16_t* out16, const Tensor& W, int64_t expert
       continue;
     }
 #endif
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(ZAYA_STREAM_AVX2)
     if (w.K % 32 == 0) {
       switch (w.fmt) {
         case DType::Q8_0:
-          dequant_rows<DType::Q8_0>(o32, o16, w, n0 + r0, nr);
+          dequant_rows_simd<DType::Q8_0>(o32, o16, w, n0 + r0, nr);
           continue;
         case DType::MXFP4:
-          dequant_rows<DType::MXFP4>(o32, o16, w, n0 + r0, nr);
+          dequant_rows_simd<DType::MXFP4>(o32, o16, w, n0 + r0, nr);
           continue;
         case DType::F8_E4M3:
-          dequant_rows<DType::F8_E4M3>(o32, o16, w, n0 + r0, nr);
-          continue;
-        default:
-          break;
-      }
-    }
-#elif defined(ZAYA_STREAM_AVX2)
-    if (w.K % 32 == 0) {
-      switch (w.fmt) {
-        case DType::Q8_0:
-          dequant_rows8<DType::Q8_0>(o32, o16, w, n0 + r0, nr);
-          continue;
-        case DType::MXFP4:
-          dequant_rows8<DType::MXFP4>(o32, o16, w, n0 + r0, nr);
-          continue;
-        case DType::F8_E4M3:
-          dequant_rows8<DType::F8_E4M3>(o32, o16, w, n0 + r0, nr);
+          dequant_rows_simd<DType::F8_E4M3>(o32, o16, w, n0 + r0, nr);
           continue;
         default:
           break;
