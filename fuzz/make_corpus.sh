@@ -13,7 +13,7 @@ C="$ROOT/fuzz/corpus"
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 mkdir -p "$C"/{safetensors_fuzz,tokenizer_fuzz,data_fuzz,model_json_fuzz,optim_config_fuzz,train_config_fuzz} \
-  "$C"/checkpoint_manifest_fuzz "$ROOT/fuzz/fixtures/checkpoint"
+  "$C"/checkpoint_manifest_fuzz "$ROOT/fuzz/fixtures/checkpoint" "$C"/quant_checkpoint_fuzz "$ROOT/fuzz/fixtures/quant"
 
 # Text: the first three Brown documents; a 300-token byte-level BPE tokenizer trained on the first.
 node tools/data/brown.mjs "$T/brown" 3 2>/dev/null
@@ -112,5 +112,32 @@ head -c 1200 "$T/brown/ca03.txt" >"$C/data_fuzz/brown-ca03.txt"
 node -e 'const t = require("fs").readFileSync(process.argv[1], "utf8").slice(0, 900).split(/\n\s*\n/);
          process.stdout.write(t.map((s) => JSON.stringify({text: s.trim(), source: "ca01"})).join("\n") + "\n")' \
   "$T/brown/ca01.txt" >"$C/data_fuzz/brown-ca01.jsonl"
+
+# Quantized checkpoints: a micro ZAYA1 whose matrices are whole blocks of 32 (hidden 32, 2 experts of 32,
+# vocab 64) quantized by `zaya quantize` three ways. The fixture keeps each config.json (its
+# quantization_config); the corpus file is the target's selector byte followed by model.safetensors.
+cat >"$T/micro32.json" <<'EOF'
+{
+  "architectures": ["ZayaForCausalLM"], "model_type": "zaya",
+  "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16,
+  "moe_intermediate_size": 32, "num_experts": 2, "num_experts_per_tok": 1, "router_hidden_size": 8,
+  "rms_norm_eps": 1e-05, "hidden_act": "silu", "cca_time0": 2, "cca_time1": 2,
+  "layer_types": ["hybrid"],
+  "rope_parameters": {"hybrid": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5}},
+  "sliding_window": null, "attention_bias": false, "lm_head_bias": false, "tie_word_embeddings": true,
+  "vocab_size": 64, "max_position_embeddings": 64, "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0,
+  "initializer_range": 0.02
+}
+EOF
+"$ZAYA" init --config "$T/micro32.json" --out "$T/micro32" --dtype bf16 --seed 1 >/dev/null
+i=0
+for q in "q8_0-all q8_0 all" "mxfp4-experts mxfp4 experts" "fp8-experts fp8 experts"; do
+  set -- $q
+  "$ZAYA" quantize --model "$T/micro32" --out "$T/q-$1" --scheme "$2" --what "$3" >/dev/null
+  cp "$T/q-$1/config.json" "$ROOT/fuzz/fixtures/quant/$1.config.json"
+  cp "$T/q-$1/config.json" "$C/model_json_fuzz/$1-config.json"
+  { printf "\\$i"; cat "$T/q-$1/model.safetensors"; } >"$C/quant_checkpoint_fuzz/$1.bin"
+  i=$((i + 1))
+done
 
 du -sh "$C" "$ROOT/fuzz/fixtures"

@@ -1,4 +1,5 @@
-// Fuzzes the two JSON inputs of the model commands: config.json (native and legacy) and INPUTS.json.
+// Fuzzes the JSON inputs of the model commands: config.json (native and legacy) with its quantization_config
+// (io/quant_checkpoint.h: that of a parsed config, and the input itself as one), and INPUTS.json.
 // Any input must either parse or raise zaya::Error; nothing else may escape and nothing may crash.
 #include <cstdint>
 #include <string>
@@ -6,6 +7,7 @@
 
 #include "core/error.h"
 #include "io/model_inputs.h"
+#include "io/quant_checkpoint.h"
 #include "model/zaya-config.h"
 
 namespace {
@@ -34,7 +36,12 @@ extern "C" std::vector<uint8_t> LLVMFuzzerSeed(size_t i) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string text(reinterpret_cast<const char*>(data), size);
   try {
-    zaya::parse_config(text, "fuzz.json");
+    const zaya::ZayaConfig cfg = zaya::parse_config(text, "fuzz.json");
+    zaya::parse_quantization_config(cfg.quantization_config, "fuzz.json");
+  } catch (const zaya::Error&) {
+  }
+  try {
+    zaya::parse_quantization_config(text, "fuzz.json");
   } catch (const zaya::Error&) {
   }
   try {
