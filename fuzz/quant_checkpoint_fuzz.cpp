@@ -76,9 +76,12 @@ std::vector<uint8_t> with_bf16_scales(size_t kind) {
   }
   const std::string path = checkpoint_dir(kind) + "/seed.safetensors";
   zaya::write_safetensors(path, tensors);
-  std::ifstream in(path, std::ios::binary);
   std::vector<uint8_t> out{file[0]};
-  out.insert(out.end(), std::istreambuf_iterator<char>(in), {});
+  {
+    std::ifstream in(path, std::ios::binary);
+    out.insert(out.end(), std::istreambuf_iterator<char>(in), {});
+  }
+  fs::remove(path);  // the directory holds the input's model.safetensors only
   return out;
 }
 
