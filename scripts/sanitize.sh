@@ -15,7 +15,7 @@ B=build-asan
 
 FUZZ_TARGETS=(safetensors_fuzz tokenizer_fuzz data_fuzz model_json_fuzz optim_config_fuzz train_config_fuzz
   checkpoint_manifest_fuzz jinja_fuzz openai_request_fuzz quant_checkpoint_fuzz
-  chat_output_fuzz)
+  chat_output_fuzz eval_tasks_fuzz)
 # The tests that feed malformed input to a parser, per binary (gtest filters; whole binaries would take too
 # long under ASan: most of their time is training runs). No test that runs the zaya binary (cli_test, the
 # *Command tests): the sanitizer build has none (tests/CMakeLists.txt), to keep its build short.
