@@ -212,12 +212,18 @@ TEST(QuantGemm, StreamEqualsDequantizedProduct) {
 
 // Every e4m3 code through kernel `path`: 256 codes as 8 rows of 32 against identity activations, every
 // row M once. Each code widens exactly (subnormals, both zeros, ±448); the two NaN codes (0x7f, 0xff) make
-// their rows NaN.
+// their rows NaN. DequantGemm rounds each scaled weight to bf16: there the row scales are powers of two, so
+// that every scaled code is still a bf16 value.
 void check_every_fp8_code(QuantPath path) {
   const int64_t N = 8, K = 32;
   Tensor W = quantize(random_f32({N, K}, 51), DType::F8_E4M3);
   auto* codes = static_cast<uint8_t*>(W.data);
   for (int b = 0; b < 256; b++) codes[b] = uint8_t(b);
+  if (path == QuantPath::DequantGemm) {
+    ASSERT_EQ(W.scales->dtype, DType::F32);  // one fp32 scale per row
+    auto* scales = static_cast<float*>(const_cast<void*>(W.scales->data));
+    for (int64_t n = 0; n < N; n++) scales[n] = std::ldexp(1.0f, -int(n % 4));
+  }
   std::vector<float> eye(size_t(K * K), 0.0f);
   for (int64_t k = 0; k < K; k++) eye[size_t(k * K + k)] = 1.0f;
   std::vector<double> want, bound;
@@ -237,6 +243,13 @@ void check_every_fp8_code(QuantPath path) {
     }
   EXPECT_EQ(nan_rows, 2);  // the rows of 0x7f and 0xff
 }
+
+// The streaming kernel decode takes on this build (AVX-512 where the CPU has it: FP8 widens through fp16
+// there, where the NaN codes would land on ±480 unless the kernel maps them).
+TEST(QuantGemm, StreamF32WidensEveryFp8Code) { check_every_fp8_code(QuantPath::StreamF32); }
+
+// The prefill path: rows dequantized to bf16 (every e4m3 value is a bf16 value), then one GEMM.
+TEST(QuantGemm, DequantGemmWidensEveryFp8Code) { check_every_fp8_code(QuantPath::DequantGemm); }
 
 // The AVX2 streaming kernel.
 TEST(QuantGemm, StreamAvx2WidensEveryFp8Code) {

@@ -98,11 +98,14 @@ inline void load_block(const uint8_t* row, int64_t b, __m512* lo, __m512* hi) {
   } else {
     // e4m3 -> fp16 with the value scaled by 2^-8: S.EEEE.MMM in the high byte, shifted right by one with
     // the sign copied, bit 14 cleared: S.0EEEE.MMM0000000 (subnormals map to fp16 subnormals). The row's
-    // 2^8 is applied with its scale.
-    const __m512i w =
-        _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + b * 32)));
-    const __m512i h =
-        _mm512_and_si512(_mm512_srai_epi16(_mm512_slli_epi16(w, 8), 1), _mm512_set1_epi16(0xBFFF));
+    // 2^8 is applied with its scale. e4m3 has no infinities: S.1111.111 is NaN (f8e4m3_to_f32), which the
+    // shift would make ±480 (1.875 in fp16), a plausible weight; those lanes take fp16's NaN instead.
+    const __m256i codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + b * 32));
+    const __m512i w = _mm512_cvtepu8_epi16(codes);
+    __m512i h = _mm512_and_si512(_mm512_srai_epi16(_mm512_slli_epi16(w, 8), 1), _mm512_set1_epi16(0xBFFF));
+    const __mmask32 nan =
+        _mm256_cmpeq_epi8_mask(_mm256_and_si256(codes, _mm256_set1_epi8(0x7F)), _mm256_set1_epi8(0x7F));
+    h = _mm512_mask_mov_epi16(h, nan, _mm512_set1_epi16(0x7E00));
     *lo = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
     *hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
   }
