@@ -10,9 +10,11 @@
 #include <random>
 #include <vector>
 
+#include "core/cpu_info.h"
 #include "core/error.h"
 #include "core/threads.h"
 #include "kernels/grouped_gemm.h"
+#include "test_util.h"
 
 namespace zaya {
 namespace {
@@ -208,6 +210,36 @@ TEST(Gemm, Bf16WidenedToFp32WhereOneDnnHasNoBf16) {
   EXPECT_EQ(c, 3.0f);
   set_gemm_onednn_bf16(true);
   EXPECT_EQ(gemm_onednn_bf16(), native);  // back to what this CPU has
+}
+
+// On AVX-512 CPUs whose bf16 matmul is slower than fp32 (cpu_fast_bf16_matmul false: an Intel Xeon without
+// AMX), bf16 products of kWidenBf16MinDim+ rows and columns widen to fp32: there the default product equals
+// the all-widened one bit for bit; smaller ones (and every product on CPUs with a fast bf16 matmul) stay
+// oneDNN bf16.
+TEST(Gemm, Bf16WidensByShapeWhereBf16MatmulIsSlow) {
+  if (!gemm_onednn_bf16()) GTEST_SKIP() << "no oneDNN bf16 matmul on this CPU: every bf16 product widens";
+  if (std::getenv("ZAYA_ONEDNN_BF16")) GTEST_SKIP() << "ZAYA_ONEDNN_BF16 overrides the CPU's default";
+  const bool by_shape = !cpu_fast_bf16_matmul();
+  EXPECT_EQ(gemm_bf16_widens(kWidenBf16MinDim, kWidenBf16MinDim), by_shape);
+  EXPECT_EQ(gemm_bf16_widens(2048, 1024), by_shape);
+  EXPECT_FALSE(gemm_bf16_widens(kWidenBf16MinDim - 1, 4096));  // decode-sized: oneDNN bf16 everywhere
+  EXPECT_FALSE(gemm_bf16_widens(4096, kWidenBf16MinDim - 1));
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  const int64_t M = 64, N = 48, K = 80;
+  std::vector<uint16_t> a(size_t(M * K)), b(size_t(N * K));
+  for (uint16_t& v : a) v = f32_to_bf16(dist(rng));
+  for (uint16_t& v : b) v = f32_to_bf16(dist(rng));
+  const MatRef A{a.data(), DType::BF16, K, false}, B{b.data(), DType::BF16, K, true};
+  std::vector<float> c_default(size_t(M * N)), c_widened(size_t(M * N));
+  gemm(M, N, K, 1.0f, A, B, 0.0f, c_default.data(), N);
+  set_gemm_onednn_bf16(false);
+  gemm(M, N, K, 1.0f, A, B, 0.0f, c_widened.data(), N);
+  set_gemm_onednn_bf16(true);
+  if (by_shape)
+    EXPECT_EQ(std::memcmp(c_default.data(), c_widened.data(), c_default.size() * sizeof(float)), 0);
+  const test::Diff d = test::diff(c_default.data(), c_widened.data(), c_default.size());
+  EXPECT_TRUE(d.within(0, 1e-5)) << d.str();  // either way the same bf16 product, fp32 sums
 }
 
 TEST(Gemm, ZeroSizes) {

@@ -246,10 +246,14 @@ void check_every_fp8_code(QuantPath path) {
 
 // The streaming kernel decode takes on this build (AVX-512 where the CPU has it: FP8 widens through fp16
 // there, where the NaN codes would land on ±480 unless the kernel maps them).
-TEST(QuantGemm, StreamF32WidensEveryFp8Code) { check_every_fp8_code(QuantPath::StreamF32); }
+TEST(QuantGemm, StreamF32WidensEveryFp8Code) {
+  check_every_fp8_code(QuantPath::StreamF32);
+}
 
 // The prefill path: rows dequantized to bf16 (every e4m3 value is a bf16 value), then one GEMM.
-TEST(QuantGemm, DequantGemmWidensEveryFp8Code) { check_every_fp8_code(QuantPath::DequantGemm); }
+TEST(QuantGemm, DequantGemmWidensEveryFp8Code) {
+  check_every_fp8_code(QuantPath::DequantGemm);
+}
 
 // The AVX2 streaming kernel.
 TEST(QuantGemm, StreamAvx2WidensEveryFp8Code) {

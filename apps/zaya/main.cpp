@@ -48,11 +48,9 @@ int main(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   if (!std::strcmp(argv[1], "--version") || !std::strcmp(argv[1], "-V")) {
-    std::printf(
-        "zaya.cpp %s (commit %s, %s build)\ncpu: %s\nomp wait: %s\nbf16 gemm: %s\n", ZAYA_VERSION,
-        ZAYA_GIT_COMMIT, ZAYA_BUILD_TYPE, zaya::cpu_summary().c_str(), zaya::omp_wait_summary().c_str(),
-        zaya::gemm_onednn_bf16() ? "oneDNN bf16 matmul"
-                                 : "operands widened to fp32 (oneDNN has no bf16 matmul on this CPU)");
+    std::printf("zaya.cpp %s (commit %s, %s build)\ncpu: %s\nomp wait: %s\nbf16 gemm: %s\n", ZAYA_VERSION,
+                ZAYA_GIT_COMMIT, ZAYA_BUILD_TYPE, zaya::cpu_summary().c_str(),
+                zaya::omp_wait_summary().c_str(), zaya::gemm_bf16_summary());
     return 0;
   }
   for (const auto& c : zaya::app::registry()) {

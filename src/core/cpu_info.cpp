@@ -34,6 +34,7 @@ CpuInfo cpu_info() {
   ZAYA_FEATURE("avx512vl")
   ZAYA_FEATURE("avx512vnni")
   ZAYA_FEATURE("avx512bf16")
+  ZAYA_FEATURE("amx-bf16")
 #undef ZAYA_FEATURE
   return c;
 }
@@ -69,6 +70,17 @@ bool cpu_full_width_avx512() {
     return env_or_amd_family("ZAYA_FULL_WIDTH_AVX512", __builtin_cpu_supports("avx512f"), 26);
   }();
   return full;
+}
+
+bool cpu_fast_bf16_matmul() {
+  static const bool fast = [] {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("amx-bf16")) return true;
+    if (!__builtin_cpu_supports("avx512bf16")) return false;
+    const CpuInfo c = cpu_info();
+    return c.vendor == "AuthenticAMD" && c.family >= 25;
+  }();
+  return fast;
 }
 
 double peak_rss_mb() {

@@ -28,6 +28,14 @@ std::string cpu_summary();
 // both); read once.
 bool cpu_fast_bf16_dot();
 
+// Whether oneDNN's bf16 matmul outruns its fp32 one on this CPU: AMX-BF16 tiles, or vdpbf16ps at twice the
+// fp32 fma's products (AMD Zen 4 / 5, family >= 25). Not on an Intel Xeon with avx512bf16 whose AMX is
+// absent or hidden (family 6 model 207 under a hypervisor, 2026-12-04): vdpbf16ps there runs at half the
+// fma's instruction rate, the same products per cycle, and oneDNN 2.6's bf16 matmul reached 150-172 GFLOP/s
+// on 2 cores against 250-340 for its fp32 one on the same products (bench/gemm_bench, mid shapes). gemm()
+// widens bf16 products with many rows to fp32 on such CPUs (kernels/gemm.h). Read once.
+bool cpu_fast_bf16_matmul();
+
 // Whether the CPU executes 512-bit vector instructions on full-width units (AMD Zen 5, family >= 26; Zen 4
 // splits them into two 256-bit halves). gemm() picks its oneDNN backend for bf16 products by it: on Zen 5
 // oneDNN's gemm:jit kernel (runtime-M primitives) outruns brgemm's fixed-shape kernels at every model product

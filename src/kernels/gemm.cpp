@@ -47,6 +47,21 @@
 // with dYᵀ copied untransposed (dY·X layout). The widening copies every element anyway, so there it writes
 // a transposed A untransposed (to_f32_of_bf16_transposed).
 //
+// Intel Xeon (family 6 model 207, 2 CPUs, avx512bf16 without AMX under its hypervisor; 2026-12-04), same
+// bench, GFLOP/s: oneDNN's bf16 matmul (its avx512_core_bf16 kernels; ONEDNN_MAX_CPU_ISA lower: ~61) against
+// the same bf16 product widened to fp32 (ZAYA_ONEDNN_BF16=0: the copies included). vdpbf16ps runs at half
+// the fma's instruction rate there (4.4 vs 8.9 G/s a core), so bf16 gives no more products per cycle:
+//
+//   product (M x N x K)              layout   bf16   widened        product                    bf16   widened
+//   qk_proj     2048x1280x1024       x·Wᵀ     169     318           decode      1x1280x1024     104      12
+//   lm_head dW 32768x1024x2048       dYᵀ·X    169     277           rows        8x2048x1024      98      61
+//   expert       128x2048x1024       x·Wᵀ     164     256           rows       16x2048x1024     129     103
+//   expert dW   2048x1024x128        dYᵀ·X    163     287           rows       32x2048x1024     147     160
+//   v_proj      2048x64x1024         x·Wᵀ     168     242           rows       64x2048x1024     158     226
+//
+// So there bf16 products of kWidenBf16MinDim (32)+ rows and columns widen (cpu_fast_bf16_matmul, gemm.h);
+// fewer rows keep oneDNN's bf16 matmul, where widening the weights on every call costs more than it gains.
+//
 // So oneDNN throughout, zaya's own small kernel (gemm_small.h) for tiny fp32 products (lowest call overhead;
 // it replaced OpenBLAS there, whose kernel follows OPENBLAS_CORETYPE: bench/openblas_coretype.sh), and per
 // shape class: rt-M when all of M, N, K are >= 1024 (up to 2x for the lm_head weight gradient) and for
@@ -498,8 +513,33 @@ bool probe_onednn_bf16() {
   }
 }
 
-// -1 until first read (then the probe and ZAYA_ONEDNN_BF16 decide), else 0 or 1.
+// How bf16 products run on the oneDNN backends: -1 until first read (then the probe, the CPU and
+// ZAYA_ONEDNN_BF16 decide), else one of these.
+enum Bf16Mode : int {
+  kBf16Widened = 0,  // every product widened to fp32 (no oneDNN bf16 matmul here, or forced)
+  kBf16OneDnn = 1,   // every product a oneDNN bf16 matmul
+  kBf16ByShape = 2,  // kWidenBf16MinDim+ rows and columns widened, the rest oneDNN bf16 (gemm.h)
+};
 std::atomic<int> g_onednn_bf16{-1};
+
+// This CPU's mode: none without oneDNN's bf16 matmul, by shape where it is slower than the fp32 one.
+int default_bf16_mode() {
+  if (!probe_onednn_bf16()) return kBf16Widened;
+  return cpu_fast_bf16_matmul() ? kBf16OneDnn : kBf16ByShape;
+}
+
+int bf16_mode() {
+  int v = g_onednn_bf16.load(std::memory_order_acquire);
+  if (v < 0) {
+    const char* env = std::getenv("ZAYA_ONEDNN_BF16");
+    v = default_bf16_mode();
+    if (env && std::strcmp(env, "0") == 0) v = kBf16Widened;
+    if (env && std::strcmp(env, "1") == 0 && v != kBf16Widened) v = kBf16OneDnn;
+    int expected = -1;
+    if (!g_onednn_bf16.compare_exchange_strong(expected, v)) v = expected;
+  }
+  return v;
+}
 
 // ---------------------------------------------------------------------------------------------------------
 // Dispatch.
@@ -609,8 +649,8 @@ void gemm_with(GemmBackend backend, int64_t M, int64_t N, int64_t K, float alpha
     return;
   }
   MatRef a = A, b = B;
-  if (bf16 && !gemm_onednn_bf16()) {
-    // No bf16 matmul in oneDNN here: the same bf16 values in fp32, products exact, fp32 accumulation.
+  if (bf16 && gemm_bf16_widens(M, N)) {
+    // No (fast) bf16 matmul in oneDNN here: the same bf16 values in fp32, products exact, fp32 accumulation.
     // A transposed (weight gradients, dYᵀ·X) is copied untransposed: see to_f32_of_bf16_transposed.
     a = a.trans ? to_f32_of_bf16_transposed(a, K, M, t_f32_a) : to_f32_of_bf16(a, M, K, t_f32_a);
     b = to_f32_of_bf16(b, b.trans ? N : K, b.trans ? K : N, t_f32_b);
@@ -636,18 +676,28 @@ bool gemm_batch_invariant() {
 }
 
 bool gemm_onednn_bf16() {
-  int v = g_onednn_bf16.load(std::memory_order_acquire);
-  if (v < 0) {
-    const char* env = std::getenv("ZAYA_ONEDNN_BF16");
-    v = probe_onednn_bf16() && !(env && std::strcmp(env, "0") == 0) ? 1 : 0;
-    int expected = -1;
-    if (!g_onednn_bf16.compare_exchange_strong(expected, v)) v = expected;
+  return bf16_mode() != kBf16Widened;
+}
+
+bool gemm_bf16_widens(int64_t M, int64_t N) {
+  const int mode = bf16_mode();
+  return mode == kBf16Widened || (mode == kBf16ByShape && M >= kWidenBf16MinDim && N >= kWidenBf16MinDim);
+}
+
+const char* gemm_bf16_summary() {
+  switch (bf16_mode()) {
+    case kBf16OneDnn:
+      return "oneDNN bf16 matmul";
+    case kBf16ByShape:
+      return "oneDNN bf16 matmul below 32 rows or columns, operands widened to fp32 above (oneDNN's fp32 "
+             "matmul is faster on this CPU: no AMX, vdpbf16ps at the fma's products per cycle)";
+    default:
+      return "operands widened to fp32 (oneDNN has no bf16 matmul on this CPU, or ZAYA_ONEDNN_BF16=0)";
   }
-  return v == 1;
 }
 
 void set_gemm_onednn_bf16(bool on) {
-  g_onednn_bf16.store(on && probe_onednn_bf16() ? 1 : 0, std::memory_order_release);
+  g_onednn_bf16.store(on ? default_bf16_mode() : kBf16Widened, std::memory_order_release);
 }
 
 int64_t gemm_cached_primitives() {

@@ -77,14 +77,23 @@ void gemm_with(GemmBackend backend, int64_t M, int64_t N, int64_t K, float alpha
 void set_gemm_batch_invariant(bool on);
 bool gemm_batch_invariant();
 
-// Whether bf16 products on the oneDNN backends run as oneDNN bf16 matmuls. oneDNN 2.x builds those only on
-// AVX-512 CPUs; on AVX2-only ones (AMD Zen 3, Intel before Skylake-SP) they would fail, so there both
-// operands are widened to fp32 (the same bf16 values, exactly; products of two bf16 are exact in fp32) and
-// take oneDNN's fp32 matmul: a bf16 product's result up to the order of the fp32 sums, at fp32 speed.
-// Probed once (a 1x1x1 bf16 primitive); `ZAYA_ONEDNN_BF16=0` in the environment forces the widening.
+// Whether bf16 products on the oneDNN backends run as oneDNN bf16 matmuls (all of them, or those with few
+// rows). oneDNN 2.x builds those only on AVX-512 CPUs; on AVX2-only ones (AMD Zen 3, Intel before
+// Skylake-SP) they would fail, so there both operands are widened to fp32 (the same bf16 values, exactly;
+// products of two bf16 are exact in fp32) and take oneDNN's fp32 matmul: a bf16 product's result up to the
+// order of the fp32 sums, at fp32 speed. On AVX-512 CPUs without a fast bf16 matmul (cpu_fast_bf16_matmul:
+// an Intel Xeon whose AMX is absent or hidden) products of kWidenBf16MinDim+ rows and columns widen too
+// (1.4-2.0x faster there; fewer rows keep oneDNN's bf16 matmul, whose weights need no widening per call).
+// Probed once (a 1x1x1 bf16 primitive); `ZAYA_ONEDNN_BF16=0` in the environment widens every bf16 product,
+// `ZAYA_ONEDNN_BF16=1` widens none where oneDNN has bf16 (anything else: this CPU's default).
+constexpr int64_t kWidenBf16MinDim = 32;
 bool gemm_onednn_bf16();
-// Tests: false widens every bf16 oneDNN product; true restores oneDNN's bf16 where this CPU has it. Flip it
-// only while no gemm() call is in flight.
+// Whether gemm() widens a bf16 M x N product (of any K) to fp32 on the oneDNN backends now.
+bool gemm_bf16_widens(int64_t M, int64_t N);
+// One line for `zaya --version`: how bf16 products run on this CPU.
+const char* gemm_bf16_summary();
+// Tests: false widens every bf16 oneDNN product; true restores this CPU's default. Flip it only while no
+// gemm() call is in flight.
 void set_gemm_onednn_bf16(bool on);
 
 // Number of oneDNN primitives currently held by gemm()'s cache (for tests and diagnostics).
