@@ -4,7 +4,6 @@
 // Two directories take each input: a synthetic two-tensor checkpoint (built here), and the data file of a
 // real 2-step `zaya train` run of a micro model (fuzz/fixtures/checkpoint/rank_00000.bin, whose manifest is
 // in the corpus: fuzz/make_corpus.sh), so that mutations of a real manifest get past the file checks.
-#include <unistd.h>
 
 #include <cstdint>
 #include <cstdlib>
@@ -15,6 +14,7 @@
 
 #include "ckpt/checkpoint.h"
 #include "core/error.h"
+#include "fuzz_temp_dir.h"
 
 namespace {
 
@@ -23,11 +23,7 @@ namespace fs = std::filesystem;
 // A committed two-tensor checkpoint (built once per process); returns its directory.
 const std::string& checkpoint_dir() {
   static const std::string dir = [] {
-    const std::string root =
-        (fs::temp_directory_path() / ("zaya_ckpt_fuzz_" + std::to_string(getpid()))).string();
-    fs::remove_all(root);
-    static const std::string to_remove = root;
-    std::atexit([] { fs::remove_all(to_remove); });
+    const std::string root = zaya::fuzz::temp_dir("zaya_ckpt_fuzz");
     const std::string d = zaya::ckpt::step_dir(root, 3);
     zaya::Tensor a = zaya::Tensor::empty(zaya::DType::F32, {2, 3});
     zaya::Tensor b = zaya::Tensor::empty(zaya::DType::I64, {1});
@@ -42,11 +38,7 @@ const std::string& checkpoint_dir() {
 // The real checkpoint's step directory: a copy of the committed data file (built once per process).
 const std::string& real_checkpoint_dir() {
   static const std::string dir = [] {
-    const std::string root =
-        (fs::temp_directory_path() / ("zaya_ckpt_fuzz_real_" + std::to_string(getpid()))).string();
-    fs::remove_all(root);
-    static const std::string to_remove = root;
-    std::atexit([] { fs::remove_all(to_remove); });
+    const std::string root = zaya::fuzz::temp_dir("zaya_ckpt_fuzz_real");
     const std::string d = zaya::ckpt::step_dir(root, 2);
     fs::create_directories(d);
     fs::copy_file(std::string(ZAYA_SOURCE_DIR) + "/fuzz/fixtures/checkpoint/rank_00000.bin",

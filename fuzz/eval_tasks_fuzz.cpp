@@ -5,7 +5,6 @@
 // zaya::Error or returns documents, whose requests are then built with k shots as lm-eval builds them (or
 // zaya::Error: too few documents for k). Properties (a violation aborts, which the driver reports as a
 // crash): a multiple-choice item's gold answer is one of its choices, and its per-choice lists agree.
-#include <unistd.h>
 
 #include <cstdint>
 #include <cstdio>
@@ -18,6 +17,7 @@
 
 #include "core/error.h"
 #include "eval/tasks.h"
+#include "fuzz_temp_dir.h"
 
 namespace {
 
@@ -30,11 +30,7 @@ constexpr size_t kCount = sizeof(kTasks) / sizeof(kTasks[0]);
 // DATA_DIR: a folder per task under a per-process temporary directory.
 const std::string& data_dir() {
   static const std::string root = [] {
-    const std::string r =
-        (fs::temp_directory_path() / ("zaya_eval_tasks_fuzz_" + std::to_string(getpid()))).string();
-    fs::remove_all(r);
-    static const std::string to_remove = r;
-    std::atexit([] { fs::remove_all(to_remove); });
+    const std::string r = zaya::fuzz::temp_dir("zaya_eval_tasks_fuzz");
     for (const char* t : kTasks) fs::create_directories(r + "/" + t);
     return r;
   }();

@@ -7,7 +7,6 @@
 // ZayaModel::load either throws zaya::Error or returns a model; a loaded model then runs a 4-token prefill
 // and a 1-token decode step, so the decode kernels read the mutated blocks and scales (any output value is
 // acceptable; a crash, an escaping exception of another type or an out-of-bounds read is not).
-#include <unistd.h>
 
 #include <cstdint>
 #include <cstdlib>
@@ -18,6 +17,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "fuzz_temp_dir.h"
 #include "io/safetensors.h"
 #include "io/safetensors_writer.h"
 #include "model/zaya.h"
@@ -33,11 +33,7 @@ constexpr size_t kCount = sizeof(kCheckpoints) / sizeof(kCheckpoints[0]);
 // safetensors bytes are written beside it for each run.
 const std::string& checkpoint_dir(size_t kind) {
   static const std::vector<std::string> dirs = [] {
-    const std::string root =
-        (fs::temp_directory_path() / ("zaya_quant_fuzz_" + std::to_string(getpid()))).string();
-    fs::remove_all(root);
-    static const std::string to_remove = root;
-    std::atexit([] { fs::remove_all(to_remove); });
+    const std::string root = zaya::fuzz::temp_dir("zaya_quant_fuzz");
     std::vector<std::string> out;
     for (const char* name : kCheckpoints) {
       const std::string d = root + "/" + name;
