@@ -18,14 +18,10 @@ using namespace zaya;
 
 namespace {
 
+// One directory per test process (ctest may run this file's tests side by side), removed at exit.
 fs::path work_dir() {
-  static fs::path dir = [] {
-    fs::path d = fs::temp_directory_path() / ("zaya_bpe_test_" + std::to_string(::getpid()));
-    fs::remove_all(d);
-    fs::create_directories(d);
-    return d;
-  }();
-  return dir;
+  static const test::TempDir dir("bpe_test");
+  return dir.path;
 }
 
 void write_file(const fs::path& path, const std::string& bytes) {

@@ -26,14 +26,10 @@ using namespace zaya::data;
 
 namespace {
 
+// One directory per test process (ctest may run this file's tests side by side), removed at exit.
 fs::path work_dir() {
-  static fs::path dir = [] {
-    fs::path d = fs::temp_directory_path() / ("zaya_data_test_" + std::to_string(::getpid()));
-    fs::remove_all(d);
-    fs::create_directories(d);
-    return d;
-  }();
-  return dir;
+  static const test::TempDir dir("data_test");
+  return dir.path;
 }
 
 fs::path fresh_dir(const std::string& name) {

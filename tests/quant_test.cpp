@@ -501,6 +501,60 @@ std::vector<float> dequantized_activations(const ActQ8& aq, int64_t M, int64_t K
   return out;
 }
 
+// Activation quantization (ActQ8) against the definition, element by element: per block of 32, d = amax / 127
+// and q = round-to-nearest-even(x · 127 / amax) clamped to ±127, Σq for the weights' offset; a block with a
+// NaN or an infinity gets q = 0 and d = NaN; an all-zero block, and one whose 127 / amax overflows float
+// (amax < ~4e-37), q = 0. Blocks with exact ties (x · 127 / amax = k + 1/2) check the rounding mode. The
+// build's quantizer is vectorized on AVX-512; this is its scalar definition.
+TEST(QuantGemm, ActivationQuantizationMatchesItsDefinition) {
+  const int64_t K = 32 * 12, M = 3;
+  Tensor a = random_f32({M, K}, 91);
+  float* x = a.f32();
+  auto block = [&](int64_t m, int64_t b) { return x + m * K + b * 32; };
+  std::fill(block(0, 1), block(0, 1) + 32, 0.0f);                       // all zero
+  block(0, 2)[5] = NAN;                                                 // NaN
+  block(0, 3)[31] = -INFINITY;                                          // infinity
+  for (int i = 0; i < 32; i++) block(0, 4)[i] = 1e-38f * float(i % 5);  // 127 / amax overflows
+  for (int i = 0; i < 32; i++) block(1, 0)[i] = -float(i + 1);          // negative only
+  // Ties: amax = 127 so x · 127 / amax = x; half-integers round to even.
+  for (int i = 0; i < 32; i++) block(1, 1)[i] = i == 0 ? 127.0f : float(i) - 15.5f;
+  for (int i = 0; i < 32; i++) block(1, 2)[i] = i == 0 ? -127.0f : 0.5f * float(i % 7) - 1.5f;
+  for (int i = 0; i < 32; i++) block(2, 0)[i] = 3e37f * (i % 2 ? 1.0f : -1.0f);  // large
+  ActQ8 got;
+  quantize_activations(&got, x, M, K);
+  const int64_t nb = K / 32;
+  ASSERT_EQ(got.q.size(), size_t(M * K));
+  ASSERT_EQ(got.d.size(), size_t(M * nb));
+  ASSERT_EQ(got.neg_sum128.size(), size_t(M * nb));
+  for (int64_t m = 0; m < M; m++)
+    for (int64_t b = 0; b < nb; b++) {
+      const float* v = block(m, b);
+      float amax = 0.0f;
+      bool finite = true;
+      for (int i = 0; i < 32; i++)
+        finite = finite && std::isfinite(v[i]), amax = std::max(amax, std::fabs(v[i]));
+      const float inv = amax > 0.0f && std::isfinite(127.0f / amax) ? 127.0f / amax : 0.0f;
+      int32_t sum = 0;
+      for (int i = 0; i < 32; i++) {
+        const int q = finite ? int(std::clamp(std::nearbyint(v[i] * inv), -127.0f, 127.0f)) : 0;
+        sum += q;
+        ASSERT_EQ(int(got.q[size_t(m * K + b * 32 + i)]), q)
+            << "row " << m << " block " << b << " element " << i;
+      }
+      const float d = got.d[size_t(m * nb + b)];
+      if (finite) {
+        EXPECT_EQ(d, amax / 127.0f) << "row " << m << " block " << b;
+      } else {
+        EXPECT_TRUE(std::isnan(d)) << "row " << m << " block " << b;
+      }
+      EXPECT_EQ(got.neg_sum128[size_t(m * nb + b)], -128 * sum) << "row " << m << " block " << b;
+    }
+  // The ties really were ties: 0.5 -> 0, 1.5 -> 2, -0.5 -> -0, -1.5 -> -2.
+  EXPECT_EQ(int(got.q[size_t(K + 32 + 16)]), 0);   // 16 - 15.5 = 0.5
+  EXPECT_EQ(int(got.q[size_t(K + 32 + 17)]), 2);   // 1.5
+  EXPECT_EQ(int(got.q[size_t(K + 32 + 14)]), -2);  // -1.5
+}
+
 // The int8-activation kernels: the VNNI one over a pack (AVX512-VNNI CPUs: QuantPath::Stream on a packed
 // W) and the AVX2 one on W's own layout (QuantPath::Int8Avx2; decode's choice in builds without AVX-512).
 struct Int8Kernel {

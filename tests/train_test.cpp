@@ -30,8 +30,9 @@ namespace {
 struct Fixture {
   fs::path dir;
   Fixture() {
-    // One directory per test process: ctest may run the tests of this file in parallel.
-    dir = fs::temp_directory_path() / ("zaya_train_test_" + std::to_string(getpid()));
+    // One directory per test process (ctest may run the tests of this file in parallel), removed at exit.
+    static const test::TempDir process_dir("train_test");
+    dir = process_dir.path;
     test::write_tiny_training_dir(dir, 7);
   }
   std::string train_json(const std::string& extra = "") const {
