@@ -182,6 +182,11 @@ TEST(QuantCheckpoint, NoMmapMovesMappedMatricesAndKeepsTheLogits) {
     if (copied.cfg.tie_word_embeddings) {
       EXPECT_EQ(copied.w.lm_head.data, copied.w.embed.data) << c.dir;
     }
+    // Packs survive the move: the tied head once lost its own there (re-tied to the moved embedding), and a
+    // quantized head decoded on the fp32 kernel. The logits below are prefill's, which never read packs.
+    for (size_t i = 0; i < pm.size(); i++)
+      EXPECT_EQ(has_decode_pack(*pm[i].slot), has_decode_pack(*pc[i].slot)) << c.dir << ": " << pm[i].name;
+    EXPECT_EQ(has_decode_pack(mapped.w.lm_head), has_decode_pack(copied.w.lm_head)) << c.dir << ": lm_head";
     std::vector<float> logits[2];
     for (int i = 0; i < 2; i++) {
       ZayaCache cache((i ? copied : mapped).cfg, in.B);
