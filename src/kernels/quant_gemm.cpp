@@ -74,6 +74,13 @@ QMat qmat(const Tensor& W, int64_t expert) {
   }
 }
 
+// How many register blocks of 8, 4, 2 and 1 activation rows (largest first) M rows make: the passes a
+// multi-row product makes over the same weights.
+inline int row_blocks(int64_t M) {
+  const int64_t rem = M % 8;
+  return int(M / 8 + (rem >= 4) + (rem % 4 >= 2) + (rem % 2));
+}
+
 #if defined(__AVX512F__)
 
 // The 32 elements of block b of a row as two fp32 vectors (unscaled): elements [0, 16) and [16, 32), or for
@@ -266,37 +273,28 @@ void stream_tile(float* out, int64_t ldc, const float* a, int64_t lda, int64_t M
                  int64_t n1) {
   const bool sliced = M > 8;
   const int64_t slice = sliced ? std::max<int64_t>(8, int64_t(256 << 10) / int64_t(w.row_bytes)) : n1 - n0;
-  const int64_t rem = M % 8;
-  const int passes = int(M / 8 + (rem >= 4) + (rem % 4 >= 2) + (rem % 2));
+  const size_t passes = size_t(row_blocks(M));
   for (int64_t s0 = n0; s0 < n1; s0 += slice) {
     const int64_t s1 = std::min(n1, s0 + slice);
-    // The next slice's bytes, split into one part per block of activation rows.
-    const size_t next_bytes = size_t(std::min(n1, s1 + slice) - s1) * w.row_bytes;
-    const size_t part = (next_bytes + size_t(passes) - 1) / size_t(passes);
-    int pass = 0;
-    auto ahead = [&]() -> const uint8_t* {
-      return sliced && next_bytes ? w.q + size_t(s1) * w.row_bytes + size_t(pass++) * part : nullptr;
-    };
-    auto ahead_bytes = [&]() {
-      return std::min(part, next_bytes - std::min(next_bytes, size_t(pass) * part));
+    // The next slice's bytes, one part per block of activation rows (none unsliced or at the tile's end).
+    const uint8_t* next = w.q + size_t(s1) * w.row_bytes;
+    const size_t next_bytes = sliced ? size_t(std::min(n1, s1 + slice) - s1) * w.row_bytes : 0;
+    const size_t part = (next_bytes + passes - 1) / passes;
+    // Part i: [next + i·part, next + min((i + 1)·part, next_bytes)), none past the end.
+    auto ahead = [&](size_t i) { return i * part < next_bytes ? next + i * part : nullptr; };
+    auto ahead_len = [&](size_t i) {
+      return i * part < next_bytes ? std::min(part, next_bytes - i * part) : 0;
     };
     int64_t m = 0;
-    for (; m + 8 <= M; m += 8) {
-      const size_t nbytes = ahead_bytes();
-      stream_rows<F, 8>(out + m * ldc, ldc, a + m * lda, lda, w, s0, s1, ahead(), nbytes);
-    }
-    if (M - m >= 4) {
-      const size_t nbytes = ahead_bytes();
-      stream_rows<F, 4>(out + m * ldc, ldc, a + m * lda, lda, w, s0, s1, ahead(), nbytes), m += 4;
-    }
-    if (M - m >= 2) {
-      const size_t nbytes = ahead_bytes();
-      stream_rows<F, 2>(out + m * ldc, ldc, a + m * lda, lda, w, s0, s1, ahead(), nbytes), m += 2;
-    }
-    if (M - m >= 1) {
-      const size_t nbytes = ahead_bytes();
-      stream_rows<F, 1>(out + m * ldc, ldc, a + m * lda, lda, w, s0, s1, ahead(), nbytes);
-    }
+    size_t i = 0;
+    for (; m + 8 <= M; m += 8, i++)
+      stream_rows<F, 8>(out + m * ldc, ldc, a + m * lda, lda, w, s0, s1, ahead(i), ahead_len(i));
+    if (M - m >= 4)
+      stream_rows<F, 4>(out + m * ldc, ldc, a + m * lda, lda, w, s0, s1, ahead(i), ahead_len(i)), m += 4, i++;
+    if (M - m >= 2)
+      stream_rows<F, 2>(out + m * ldc, ldc, a + m * lda, lda, w, s0, s1, ahead(i), ahead_len(i)), m += 2, i++;
+    if (M - m >= 1)
+      stream_rows<F, 1>(out + m * ldc, ldc, a + m * lda, lda, w, s0, s1, ahead(i), ahead_len(i));
   }
 }
 
@@ -748,8 +746,8 @@ inline int32_t load_i32(const int8_t* p) {
   return v;
 }
 
-// Software prefetch for the packed weights, spread evenly over the passes a group gets. With one pass (up to
-// 4 rows, and 8) each block fetches the block kPackPrefetchBytes ahead into L1. With several passes (5-7 and
+// Software prefetch for the packed weights, spread evenly over the passes a group gets. With one pass (1, 2,
+// 4 or 8 rows) each block fetches the block kPackPrefetchBytes ahead into L1. With several passes (3, 5-7 and
 // 9+ rows: the group stays in L1 between them) the demand stream reads memory only in the first one, so pass
 // `i` of `passes` fetches part i of the next group into L2, block by block: memory is read at an even pace
 // the whole time instead of in bursts while the later passes compute (Q8_0, 16 rows, [4096, 2048] from
@@ -848,8 +846,7 @@ void packed_group(float* out, int64_t ldc, const ActQ8& a, int64_t m0, const Dec
 template <DType F>
 void packed_tile(float* out, int64_t ldc, const ActQ8& a, int64_t m0, int64_t M, const DecodePack& p,
                  int64_t e, int64_t n0, int64_t n1) {
-  const int64_t rem = M % 8;
-  const int passes = int(M / 8 + (rem >= 4) + (rem % 4 >= 2) + (rem % 2));
+  const int passes = row_blocks(M);
   for (int64_t g = n0 / 16; g < n1 / 16; g++) {
     const uint8_t* grp = p.group(e, g);
     int64_t m = 0;
