@@ -68,8 +68,8 @@ void BM_Weights(benchmark::State& state, DType fmt, bool via_gemm = false, bool 
     state.SkipWithError("this build has no AVX512-BF16 dot kernel");
     return;
   }
-  static std::vector<Tensor> w[6];
-  const int slot = fmt == DType::BF16    ? 0
+  static std::vector<Tensor> w[7];
+  const int slot = fmt == DType::BF16    ? (packed ? 6 : 0)
                    : fmt == DType::Q8_0  ? (packed ? 4 : 1)
                    : fmt == DType::MXFP4 ? (packed ? 5 : 2)
                                          : 3;
@@ -109,6 +109,12 @@ BENCHMARK_CAPTURE(BM_Weights, bf16_gemm, DType::BF16, true)
     ->Arg(32)
     ->UseRealTime();
 BENCHMARK_CAPTURE(BM_Weights, bf16, DType::BF16)->Arg(1)->Arg(4)->Arg(8)->Arg(16)->Arg(32)->UseRealTime();
+BENCHMARK_CAPTURE(BM_Weights, bf16_packed, DType::BF16, false, true)
+    ->Arg(1)
+    ->Arg(4)
+    ->Arg(8)
+    ->Arg(16)
+    ->UseRealTime();
 BENCHMARK_CAPTURE(BM_Weights, q8_0, DType::Q8_0)->Arg(1)->Arg(4)->Arg(8)->Arg(16)->Arg(32)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Weights, mxfp4, DType::MXFP4)->Arg(1)->Arg(4)->Arg(8)->Arg(16)->Arg(32)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Weights, q8_0_vnni, DType::Q8_0, false, true)

@@ -687,6 +687,7 @@ void dequant_rows8(float* out32, uint16_t* out16, const QMat& w, int64_t n0, int
 // Bytes per (group of 16 rows, block of 32): the payload, then the rows' scales.
 constexpr size_t kQ8PackBlock = 8 * 64 + 16 * 2;   // Q8_0: 8 vectors of 16 rows x 4 u8, 16 fp16 scales
 constexpr size_t kFp4PackBlock = 4 * 64 + 16 * 1;  // MXFP4: 4 vectors of 16 rows x 4 nibble pairs, 16 E8M0
+constexpr size_t kBf16PackBlock = 16 * 64;         // BF16: 16 vectors of 16 rows x 1 element pair
 
 constexpr size_t kPackPrefetchBytes = 4096;
 
@@ -708,7 +709,11 @@ void pack_group(uint8_t* dst, const QMat& w, int64_t g) {
     for (int r = 0; r < 16; r++) {
       const int64_t n = 16 * g + r;
       const uint8_t* row = w.q + size_t(n) * w.row_bytes;
-      if (w.fmt == DType::Q8_0) {
+      if (w.fmt == DType::BF16) {
+        // Vector j, dword r: elements 32b + 2j (low half) and 32b + 2j + 1 (high half) of the row.
+        uint8_t* blk = dst + size_t(b) * kBf16PackBlock;
+        for (int j = 0; j < 16; j++) std::memcpy(blk + j * 64 + r * 4, row + (b * 32 + 2 * j) * 2, 4);
+      } else if (w.fmt == DType::Q8_0) {
         uint8_t* blk = dst + size_t(b) * kQ8PackBlock;
         for (int q = 0; q < 8; q++)
           for (int j = 0; j < 4; j++) blk[q * 64 + r * 4 + j] = uint8_t(row[b * 32 + 4 * q + j] ^ 0x80);
@@ -863,6 +868,94 @@ void packed_tile_any(float* out, int64_t ldc, const ActQ8& a, int64_t m0, int64_
                      int64_t e, int64_t n0, int64_t n1) {
   if (p.fmt == DType::Q8_0) return packed_tile<DType::Q8_0>(out, ldc, a, m0, M, p, e, n0, n1);
   packed_tile<DType::MXFP4>(out, ldc, a, m0, M, p, e, n0, n1);
+}
+
+// ---- The bf16 kernel over packed weights: BF16 matrices on CPUs where vdpbf16ps is slow ----
+//
+// The fp32 streaming kernel takes a bf16 row 32 elements at a time, widens them (a vpmovzxwd and a shift per
+// 16) and forms dot products across the lanes, reduced at the end: at 8 and 16 rows it ran its fmas at
+// ~45% of two cores' peak on an Intel Xeon (bench/quant_gemm_bench), so the dense bf16 products of a batch-16
+// decode step were arithmetic-bound. Over the pack, a 64-byte vector holds one element pair of 16 rows: a
+// shift gives the 16 even elements as fp32, an and the 16 odd ones, and each meets a broadcast activation,
+// lanes over output columns. A register block is NG groups of 16 columns x MR activation rows of fp32
+// accumulators (16 of them; 8 for one row), no reduction at the end. Each output is one chain of fmas over
+// k = 0, 1, ..., K - 1 in order, the same whatever NG, MR and M: a row's result depends on its own
+// activations and W only (batch invariant).
+
+// The lines kBf16PackPrefetch bytes ahead of a group's stream go to L1 as it is read (each group is its own
+// stream, and NG of them run side by side).
+constexpr size_t kBf16PackPrefetch = 2048;
+
+// out[m, 16g + i] for groups g0 .. g0 + NG - 1 of expert e and the MR activation rows at `at` (`at` holds
+// them transposed: element k of row m at at[k · ldt + m]; out points at row 0 of the block).
+template <int NG, int MR>
+void bf16_packed_groups(float* out, int64_t ldc, const float* at, int64_t ldt, const DecodePack& p, int64_t e,
+                        int64_t g0) {
+  const uint8_t* grp[NG];
+  for (int g = 0; g < NG; g++) grp[g] = p.group(e, g0 + g);
+  __m512 acc[NG][MR];
+  for (int g = 0; g < NG; g++)
+    for (int m = 0; m < MR; m++) acc[g][m] = _mm512_setzero_ps();
+  const __m512i high = _mm512_set1_epi32(int(0xFFFF0000u));
+  const int64_t pairs = p.K / 2;
+  // Element 2j of every row at a0, element 2j + 1 at a1: two pointers, so that every broadcast is a fixed
+  // offset from one of them (a0 + ldt + m took a register each and spilled).
+  const float* a0 = at;
+  const float* a1 = at + ldt;
+  for (int64_t j = 0; j < pairs; j++, a0 += 2 * ldt, a1 += 2 * ldt) {
+#pragma GCC unroll 8
+    for (int g = 0; g < NG; g++) {
+      const uint8_t* v = grp[g] + size_t(j) * 64;
+      _mm_prefetch(reinterpret_cast<const char*>(v + kBf16PackPrefetch), _MM_HINT_T0);
+      const __m512i w = _mm512_load_si512(v);
+      const __m512 even = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+      const __m512 odd = _mm512_castsi512_ps(_mm512_and_si512(w, high));
+#pragma GCC unroll 16
+      for (int m = 0; m < MR; m++) acc[g][m] = _mm512_fmadd_ps(even, _mm512_set1_ps(a0[m]), acc[g][m]);
+#pragma GCC unroll 16
+      for (int m = 0; m < MR; m++) acc[g][m] = _mm512_fmadd_ps(odd, _mm512_set1_ps(a1[m]), acc[g][m]);
+    }
+  }
+  for (int g = 0; g < NG; g++)
+    for (int m = 0; m < MR; m++) _mm512_storeu_ps(out + m * ldc + 16 * (g0 + g), acc[g][m]);
+}
+
+// Groups [g0, g1) for MR rows: NG at a time, the rest one by one.
+template <int NG, int MR>
+void bf16_packed_run(float* out, int64_t ldc, const float* at, int64_t ldt, const DecodePack& p, int64_t e,
+                     int64_t g0, int64_t g1) {
+  int64_t g = g0;
+  for (; g + NG <= g1; g += NG) bf16_packed_groups<NG, MR>(out, ldc, at, ldt, p, e, g);
+  for (; g < g1; g++) bf16_packed_groups<1, MR>(out, ldc, at, ldt, p, e, g);
+}
+
+// Columns [n0, n1) (multiples of 16) of out[M, N] for the M activation rows of `at` ([K, M], transposed),
+// expert e. Rows go in blocks of 16, 8, 4, 2 and 1 (16 accumulators each: 1, 2, 4, 8 and 8 groups side by
+// side); with several blocks, the columns go in slices of 8 groups (a few hundred KB) that every block
+// after the first finds in L2.
+void bf16_packed_tile(float* out, int64_t ldc, const float* at, int64_t M, const DecodePack& p, int64_t e,
+                      int64_t n0, int64_t n1) {
+  const bool one_pass = M <= 16 && (M & (M - 1)) == 0;  // 1, 2, 4, 8 or 16 rows
+  const int64_t slice = one_pass ? (n1 - n0) / 16 : 8;
+  for (int64_t s0 = n0 / 16; s0 < n1 / 16; s0 += slice) {
+    const int64_t s1 = std::min(n1 / 16, s0 + slice);
+    for (int64_t m = 0; m < M;) {
+      const int64_t left = M - m;
+      float* o = out + m * ldc;
+      const float* a = at + m;
+      if (left >= 16) {
+        bf16_packed_run<1, 16>(o, ldc, a, M, p, e, s0, s1), m += 16;
+      } else if (left >= 8) {
+        bf16_packed_run<2, 8>(o, ldc, a, M, p, e, s0, s1), m += 8;
+      } else if (left >= 4) {
+        bf16_packed_run<4, 4>(o, ldc, a, M, p, e, s0, s1), m += 4;
+      } else if (left >= 2) {
+        bf16_packed_run<8, 2>(o, ldc, a, M, p, e, s0, s1), m += 2;
+      } else {
+        bf16_packed_run<8, 1>(o, ldc, a, M, p, e, s0, s1), m += 1;
+      }
+    }
+  }
 }
 
 // Rows [n0, n0 + rows) of expert e dequantized from the pack into out32 or out16 ([rows, K]): bit for bit
@@ -1212,7 +1305,7 @@ void dequant_tile(float* out32, uint16_t* out16, const Tensor& W, int64_t expert
     float* o32 = out32 ? out32 + r0 * w.K : nullptr;
     uint16_t* o16 = out16 ? out16 + r0 * w.K : nullptr;
 #if defined(ZAYA_DECODE_VNNI)
-    if (const DecodePack* p = decode_pack_of(W)) {
+    if (const DecodePack* p = decode_pack_of(W); p && p->fmt != DType::BF16) {
       if (p->fmt == DType::Q8_0)
         dequant_packed_rows<DType::Q8_0>(o32, o16, *p, expert, n0 + r0, nr);
       else
@@ -1428,15 +1521,18 @@ void quantize_activations(ActQ8* out, const float* in, int64_t M, int64_t K) {
 
 void pack_for_decode(Tensor& W, bool release_source) {
 #if defined(ZAYA_DECODE_VNNI)
-  if (W.decode_pack || (W.dtype != DType::Q8_0 && W.dtype != DType::MXFP4)) return;
-  if (W.ndim() != 2 && W.ndim() != 3) return;
-  check_quantized(W, "pack_for_decode");
+  const bool bf16 = W.dtype == DType::BF16;
+  if (W.decode_pack || (W.dtype != DType::Q8_0 && W.dtype != DType::MXFP4 && !bf16)) return;
+  if (W.ndim() != 2 && (bf16 || W.ndim() != 3)) return;
+  if (!bf16) check_quantized(W, "pack_for_decode");
   const int64_t N = W.dim(-2), K = W.dim(-1), E = W.ndim() == 3 ? W.dim(0) : 1;
   if (N % 16 != 0 || K % 32 != 0) return;
+  // A BF16 matrix keeps its own pages: prefill's GEMM reads them.
+  if (bf16) release_source = false;
   auto p = std::make_shared<DecodePack>();
   p->fmt = W.dtype;
   p->E = E, p->N = N, p->K = K, p->nb = K / 32;
-  p->block_bytes = W.dtype == DType::Q8_0 ? kQ8PackBlock : kFp4PackBlock;
+  p->block_bytes = W.dtype == DType::Q8_0 ? kQ8PackBlock : bf16 ? kBf16PackBlock : kFp4PackBlock;
   const size_t group_bytes = size_t(p->nb) * p->block_bytes;
   const size_t bytes = size_t(E) * size_t(N / 16) * group_bytes;
   p->mem = huge_alloc_shared(bytes);  // decode streams the pack: 2 MiB pages (core/tensor.h)
@@ -1497,6 +1593,19 @@ bool quant_bf16_dot_available() {
 #endif
 }
 
+bool bf16_decode_pack_wanted() {
+  static const bool wanted = [] {
+#if defined(ZAYA_DECODE_VNNI)
+    const char* env = std::getenv("ZAYA_BF16_PACK");
+    if (env && *env) return std::strcmp(env, "0") != 0;
+    return !cpu_fast_bf16_dot();
+#else
+    return false;
+#endif
+  }();
+  return wanted;
+}
+
 bool has_decode_pack(const Tensor& W) {
   return W.decode_pack != nullptr;
 }
@@ -1532,8 +1641,28 @@ void quant_linear_forward_with(QuantPath path, float* out, int64_t ldc, const fl
 #endif
   }
 #if defined(ZAYA_DECODE_VNNI)
-  const DecodePack* pack =
-      path == QuantPath::Stream && quant_int8_activations() ? decode_pack_of(W) : nullptr;
+  const DecodePack* bf16_pack =
+      path == QuantPath::Stream && w.fmt == DType::BF16 ? decode_pack_of(W) : nullptr;
+  if (const DecodePack* p = bf16_pack) {
+    // The activations transposed ([K, M]: a column of them per element pair); one row is its own transpose.
+    thread_local std::vector<float> at_here;  // the calling thread's (see below)
+    const float* at = in;
+    if (M > 1) {
+      at_here.resize(size_t(M * w.K));
+      for (int64_t k = 0; k < w.K; k++)  // sequential writes; each row's line serves 16 k from L1
+        for (int64_t m = 0; m < M; m++) at_here[size_t(k * M + m)] = in[m * w.K + k];
+      at = at_here.data();
+    }
+    std::vector<Tile> tiles;
+    const int64_t tr = tile_rows(w.N, 1, threads_here());
+    for (int64_t n0 = 0; n0 < w.N; n0 += tr) tiles.push_back({0, n0, std::min(w.N, n0 + tr)});
+    run_tiles(tiles, size_t(w.N) * w.row_bytes,
+              [&](const Tile& t) { bf16_packed_tile(out, ldc, at, M, *p, 0, t.n0, t.n1); });
+    return;
+  }
+  const DecodePack* pack = path == QuantPath::Stream && quant_int8_activations() && w.fmt != DType::BF16
+                               ? decode_pack_of(W)
+                               : nullptr;
   if (const DecodePack* p = pack) {
     thread_local ActQ8
         aq_here;  // the calling thread's; a lambda naming a thread_local reads its own thread's
@@ -1618,7 +1747,8 @@ void quant_grouped_linear_forward(float* out, const float* in, const Tensor& W, 
 #endif
   }
 #if defined(ZAYA_DECODE_VNNI)
-  if (const DecodePack* p = quant_int8_activations() ? decode_pack_of(W) : nullptr) {
+  const DecodePack* pack = quant_int8_activations() ? decode_pack_of(W) : nullptr;
+  if (const DecodePack* p = pack && pack->fmt != DType::BF16 ? pack : nullptr) {  // 3-D BF16 is never packed
     thread_local ActQ8 aq_here;  // the calling thread's (see quant_linear_forward_with)
     const ActQ8& aq = aq_here;
     quantize_activations(&aq_here, in, T, K);

@@ -331,8 +331,13 @@ ZayaWeights load_weights(const std::string& dir, const ZayaConfig& cfg, DType co
   if (in_memory) {
     // The matrices still read from the mapping (float ones used in place, FP8 ones: packed ones read their
     // pack) move to huge-page buffers of their own; q/k/v already moved into the fused matrix.
+    // A tied BF16 embedding whose head has a pack stays mapped too: decode's head reads the pack, and the
+    // embedding lookups and prefill's head GEMM can read the file's pages (a copy would hold ZAYA1-8B's
+    // 1.07 GB twice).
+    const bool embed_stays = cfg.tie_word_embeddings && w.lm_head.decode_pack && w.embed.dtype == DType::BF16;
     for (NamedParam& p : params)
-      if (p.is_matrix && !p.slot->decode_pack && mapped.count(p.slot->data))
+      if (p.is_matrix && !p.slot->decode_pack && mapped.count(p.slot->data) &&
+          !(embed_stays && p.slot == &w.embed))
         move_mapped_to_huge_pages(*p.slot);
     if (cfg.tie_word_embeddings) {
       // The head reads the moved embedding; its decode pack (made above from the tied copy) stays: without
@@ -367,12 +372,13 @@ void move_mapped_to_huge_pages(Tensor& t) {
 }
 
 void pack_decode_weights(ZayaWeights& w, bool release_source) {
+  const bool bf16_packs = bf16_decode_pack_wanted();  // BF16 dense matrices (3-D experts are never packed)
   for (ZayaLayerWeights& l : w.layers) {
     for (Tensor* t : {&l.qkv, &l.o_proj, &l.router_down, &l.router_fc1, &l.router_fc2, &l.router_out,
                       &l.experts_gate_up, &l.experts_down})
-      pack_for_decode(*t, release_source);
+      if (t->dtype != DType::BF16 || bf16_packs) pack_for_decode(*t, release_source);
   }
-  pack_for_decode(w.lm_head, release_source);
+  if (w.lm_head.dtype != DType::BF16 || bf16_packs) pack_for_decode(w.lm_head, release_source);
 }
 
 void fuse_qkv(const ZayaConfig& c, ZayaWeights& w) {
