@@ -745,6 +745,18 @@ const DecodePack* decode_pack_of(const Tensor& W) {
   return static_cast<const DecodePack*>(W.decode_pack.get());
 }
 
+// W's pack for the int8 (VNNI) kernels: Q8_0 or MXFP4; null for a BF16 pack or none.
+const DecodePack* int8_pack_of(const Tensor& W) {
+  const DecodePack* p = decode_pack_of(W);
+  return p && p->fmt != DType::BF16 ? p : nullptr;
+}
+
+// W's pack for the bf16 packed kernel; null otherwise.
+const DecodePack* bf16_pack_of(const Tensor& W) {
+  const DecodePack* p = decode_pack_of(W);
+  return p && p->fmt == DType::BF16 ? p : nullptr;
+}
+
 inline int32_t load_i32(const int8_t* p) {
   int32_t v;
   std::memcpy(&v, p, 4);
@@ -1267,6 +1279,23 @@ int64_t tile_rows(int64_t N, int64_t items_per_row_set, int threads) {
   return std::min(t, N);
 }
 
+// The work items of one [N, K] matrix: column tiles of tile_rows rows.
+std::vector<Tile> matrix_tiles(int64_t N) {
+  std::vector<Tile> tiles;
+  const int64_t tr = tile_rows(N, 1, threads_here());
+  for (int64_t n0 = 0; n0 < N; n0 += tr) tiles.push_back({0, n0, std::min(N, n0 + tr)});
+  return tiles;
+}
+
+// The work items of a grouped call: every (expert, column tile) pair of the experts given.
+std::vector<Tile> expert_tiles(const std::vector<int64_t>& experts, int64_t N) {
+  std::vector<Tile> tiles;
+  const int64_t tr = tile_rows(N, int64_t(experts.size()), threads_here());
+  for (int64_t e : experts)
+    for (int64_t n0 = 0; n0 < N; n0 += tr) tiles.push_back({e, n0, std::min(N, n0 + tr)});
+  return tiles;
+}
+
 // Runs tiles over the threads (dynamic: experts differ in rows); the first exception is carried out.
 // A product that reads less than this stays on the calling thread: waking the pool costs more (a decode
 // step of ZAYA1-8B has 120 router products of 128 kB or less; 3.5 vs 11.7 ms a step with them threaded).
@@ -1305,7 +1334,7 @@ void dequant_tile(float* out32, uint16_t* out16, const Tensor& W, int64_t expert
     float* o32 = out32 ? out32 + r0 * w.K : nullptr;
     uint16_t* o16 = out16 ? out16 + r0 * w.K : nullptr;
 #if defined(ZAYA_DECODE_VNNI)
-    if (const DecodePack* p = decode_pack_of(W); p && p->fmt != DType::BF16) {
+    if (const DecodePack* p = int8_pack_of(W)) {
       if (p->fmt == DType::Q8_0)
         dequant_packed_rows<DType::Q8_0>(o32, o16, *p, expert, n0 + r0, nr);
       else
@@ -1630,9 +1659,7 @@ void quant_linear_forward_with(QuantPath path, float* out, int64_t ldc, const fl
         dtype_name(w.fmt), " K = ", w.K);
     thread_local std::vector<uint16_t> a16_here;  // the calling thread's (see below)
     const uint16_t* a16 = bf16_activations(in, M, w.K, &a16_here);
-    std::vector<Tile> tiles;
-    const int64_t tr = tile_rows(w.N, 1, threads_here());
-    for (int64_t n0 = 0; n0 < w.N; n0 += tr) tiles.push_back({0, n0, std::min(w.N, n0 + tr)});
+    const std::vector<Tile> tiles = matrix_tiles(w.N);
     run_tiles(tiles, size_t(w.N) * w.row_bytes,
               [&](const Tile& t) { dot16_tile_any(out, ldc, a16, M, w, t.n0, t.n1); });
     return;
@@ -1641,9 +1668,7 @@ void quant_linear_forward_with(QuantPath path, float* out, int64_t ldc, const fl
 #endif
   }
 #if defined(ZAYA_DECODE_VNNI)
-  const DecodePack* bf16_pack =
-      path == QuantPath::Stream && w.fmt == DType::BF16 ? decode_pack_of(W) : nullptr;
-  if (const DecodePack* p = bf16_pack) {
+  if (const DecodePack* p = path == QuantPath::Stream ? bf16_pack_of(W) : nullptr) {
     // The activations transposed ([K, M]: a column of them per element pair); one row is its own transpose.
     thread_local std::vector<float> at_here;  // the calling thread's (see below)
     const float* at = in;
@@ -1653,33 +1678,25 @@ void quant_linear_forward_with(QuantPath path, float* out, int64_t ldc, const fl
         for (int64_t m = 0; m < M; m++) at_here[size_t(k * M + m)] = in[m * w.K + k];
       at = at_here.data();
     }
-    std::vector<Tile> tiles;
-    const int64_t tr = tile_rows(w.N, 1, threads_here());
-    for (int64_t n0 = 0; n0 < w.N; n0 += tr) tiles.push_back({0, n0, std::min(w.N, n0 + tr)});
+    const std::vector<Tile> tiles = matrix_tiles(w.N);
     run_tiles(tiles, size_t(w.N) * w.row_bytes,
               [&](const Tile& t) { bf16_packed_tile(out, ldc, at, M, *p, 0, t.n0, t.n1); });
     return;
   }
-  const DecodePack* pack = path == QuantPath::Stream && quant_int8_activations() && w.fmt != DType::BF16
-                               ? decode_pack_of(W)
-                               : nullptr;
-  if (const DecodePack* p = pack) {
+  if (const DecodePack* p =
+          path == QuantPath::Stream && quant_int8_activations() ? int8_pack_of(W) : nullptr) {
     thread_local ActQ8
         aq_here;  // the calling thread's; a lambda naming a thread_local reads its own thread's
     const ActQ8& aq = aq_here;
     quantize_activations(&aq_here, in, M, w.K);
-    std::vector<Tile> tiles;
-    const int64_t tr = tile_rows(w.N, 1, threads_here());
-    for (int64_t n0 = 0; n0 < w.N; n0 += tr) tiles.push_back({0, n0, std::min(w.N, n0 + tr)});
+    const std::vector<Tile> tiles = matrix_tiles(w.N);
     run_tiles(tiles, size_t(w.N / 16) * size_t(p->nb) * p->block_bytes,
               [&](const Tile& t) { packed_tile_any(out, ldc, aq, 0, M, *p, 0, t.n0, t.n1); });
     return;
   }
 #endif
   if (path == QuantPath::Int8Avx2 || (path == QuantPath::Stream && takes_int8_avx2(w))) {
-    std::vector<Tile> tiles;
-    const int64_t tr = tile_rows(w.N, 1, threads_here());
-    for (int64_t n0 = 0; n0 < w.N; n0 += tr) tiles.push_back({0, n0, std::min(w.N, n0 + tr)});
+    const std::vector<Tile> tiles = matrix_tiles(w.N);
     const int64_t rows[2] = {0, M};
     int8_avx2_tiles(out, ldc, in, M, W, tiles, size_t(w.N) * w.row_bytes, rows);
     return;
@@ -1687,9 +1704,7 @@ void quant_linear_forward_with(QuantPath path, float* out, int64_t ldc, const fl
   thread_local std::vector<float> abuf;
   int64_t lda = 0;
   const float* a = stream_input(in, M, w.K, w.fmt, &abuf, &lda);
-  std::vector<Tile> tiles;
-  const int64_t tr = tile_rows(w.N, 1, threads_here());
-  for (int64_t n0 = 0; n0 < w.N; n0 += tr) tiles.push_back({0, n0, std::min(w.N, n0 + tr)});
+  const std::vector<Tile> tiles = matrix_tiles(w.N);
   const bool avx2 = path == QuantPath::StreamAvx2;
   run_tiles(tiles, size_t(w.N) * w.row_bytes,
             [&](const Tile& t) { stream_tile_any(out, ldc, a, lda, M, w, t.n0, t.n1, avx2); });
@@ -1732,10 +1747,7 @@ void quant_grouped_linear_forward(float* out, const float* in, const Tensor& W, 
 #if defined(ZAYA_DECODE_BF16_DOT)
     thread_local std::vector<uint16_t> a16_here;
     const uint16_t* a16 = bf16_activations(in, T, K, &a16_here);
-    std::vector<Tile> tiles;
-    const int64_t tr = tile_rows(N, int64_t(streamed.size()), threads_here());
-    for (int64_t e : streamed)
-      for (int64_t n0 = 0; n0 < N; n0 += tr) tiles.push_back({e, n0, std::min(N, n0 + tr)});
+    const std::vector<Tile> tiles = expert_tiles(streamed, N);
     run_tiles(tiles, streamed.size() * size_t(N) * dtype_row_bytes(W.dtype, K), [&](const Tile& t) {
       const int64_t r0 = offsets[t.expert], rows = offsets[t.expert + 1] - r0;
       if (takes_bf16_dot(W.dtype, rows, K, tile))
@@ -1747,15 +1759,11 @@ void quant_grouped_linear_forward(float* out, const float* in, const Tensor& W, 
 #endif
   }
 #if defined(ZAYA_DECODE_VNNI)
-  const DecodePack* pack = quant_int8_activations() ? decode_pack_of(W) : nullptr;
-  if (const DecodePack* p = pack && pack->fmt != DType::BF16 ? pack : nullptr) {  // 3-D BF16 is never packed
+  if (const DecodePack* p = quant_int8_activations() ? int8_pack_of(W) : nullptr) {
     thread_local ActQ8 aq_here;  // the calling thread's (see quant_linear_forward_with)
     const ActQ8& aq = aq_here;
     quantize_activations(&aq_here, in, T, K);
-    std::vector<Tile> tiles;
-    const int64_t tr = tile_rows(N, int64_t(streamed.size()), threads_here());
-    for (int64_t e : streamed)
-      for (int64_t n0 = 0; n0 < N; n0 += tr) tiles.push_back({e, n0, std::min(N, n0 + tr)});
+    const std::vector<Tile> tiles = expert_tiles(streamed, N);
     run_tiles(tiles, streamed.size() * size_t(N / 16) * size_t(p->nb) * p->block_bytes, [&](const Tile& t) {
       const int64_t r0 = offsets[t.expert], rows = offsets[t.expert + 1] - r0;
       packed_tile_any(out + r0 * N, N, aq, r0, rows, *p, t.expert, t.n0, t.n1);
@@ -1764,10 +1772,7 @@ void quant_grouped_linear_forward(float* out, const float* in, const Tensor& W, 
   }
 #endif
   if (takes_int8_avx2(qmat(W, 0))) {
-    std::vector<Tile> tiles;
-    const int64_t tr = tile_rows(N, int64_t(streamed.size()), threads_here());
-    for (int64_t e : streamed)
-      for (int64_t n0 = 0; n0 < N; n0 += tr) tiles.push_back({e, n0, std::min(N, n0 + tr)});
+    const std::vector<Tile> tiles = expert_tiles(streamed, N);
     int8_avx2_tiles(out, N, in, T, W, tiles, streamed.size() * size_t(N) * dtype_row_bytes(W.dtype, K),
                     offsets);
     return;
@@ -1775,10 +1780,7 @@ void quant_grouped_linear_forward(float* out, const float* in, const Tensor& W, 
   thread_local std::vector<float> abuf;
   int64_t lda = 0;
   const float* a = stream_input(in, T, K, W.dtype, &abuf, &lda);
-  std::vector<Tile> tiles;
-  const int64_t tr = tile_rows(N, int64_t(streamed.size()), threads_here());
-  for (int64_t e : streamed)
-    for (int64_t n0 = 0; n0 < N; n0 += tr) tiles.push_back({e, n0, std::min(N, n0 + tr)});
+  const std::vector<Tile> tiles = expert_tiles(streamed, N);
   run_tiles(tiles, streamed.size() * size_t(N) * dtype_row_bytes(W.dtype, K), [&](const Tile& t) {
     const int64_t r0 = offsets[t.expert], rows = offsets[t.expert + 1] - r0;
     stream_tile_any(out + r0 * N, N, a + r0 * lda, lda, rows, qmat(W, t.expert), t.n0, t.n1);
