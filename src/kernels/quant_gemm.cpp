@@ -1626,7 +1626,8 @@ bool bf16_decode_pack_wanted() {
   static const bool wanted = [] {
 #if defined(ZAYA_DECODE_VNNI)
     const char* env = std::getenv("ZAYA_BF16_PACK");
-    if (env && *env) return std::strcmp(env, "0") != 0;
+    if (env && std::strcmp(env, "0") == 0) return false;  // "0" / "1" override; any other value: the default
+    if (env && std::strcmp(env, "1") == 0) return true;
     return !cpu_fast_bf16_dot();
 #else
     return false;
