@@ -192,7 +192,8 @@ TEST(QuantCheckpoint, NoMmapMovesMappedMatricesAndKeepsTheLogits) {
     for (const Tensor* t : {&copied.w.layers[0].qkv, &copied.w.layers[0].o_proj, &copied.w.lm_head}) {
       if (t->dtype != DType::BF16) continue;
       const bool fits = t->dim(-2) % 16 == 0 && t->dim(-1) % 32 == 0;
-      EXPECT_EQ(has_decode_pack(*t), fits && bf16_decode_pack_wanted()) << c.dir << ": " << shape_str(t->shape);
+      EXPECT_EQ(has_decode_pack(*t), fits && bf16_decode_pack_wanted())
+          << c.dir << ": " << shape_str(t->shape);
     }
     std::vector<float> logits[2];
     for (int i = 0; i < 2; i++) {
