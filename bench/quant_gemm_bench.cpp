@@ -2,8 +2,10 @@
 // ZAYA1-8B-shaped expert matrices (gate_up: [4096, 2048], 16 MB in bf16), copies totalling 1.5 GiB used in
 // turn so that the weights come from memory, not from the last-level cache: GB/s of weights read (elements
 // plus scales) per call, at the row counts of decode (1, 4, 16) and the prefill switch-over (32 rows, where
-// the dequantize-to-bf16 GEMM takes over). The `bf16` / `fp8` rows are what decode picks on this CPU; the
-// `_f32stream` / `_dot` rows pin the fp32 streaming or the bf16 dot kernel. Compare with `zaya bench
+// the dequantize-to-bf16 GEMM takes over). The `bf16` / `fp8` rows are what decode picks on this CPU for
+// weights without a pack; the `_f32stream` / `_dot` rows pin the fp32 streaming or the bf16 dot kernel;
+// `bf16_packed` is the bf16 packed kernel (the pack a loaded model attaches to its dense bf16 matrices where
+// bf16_decode_pack_wanted()). Compare with `zaya bench
 // decode`'s measured read bandwidth.
 //
 //   ./bench/quant_gemm_bench --benchmark_repetitions=3 --benchmark_enable_random_interleaving=true
@@ -55,7 +57,7 @@ double weight_bytes(const Tensor& W) {
 }
 
 // via_gemm: the BF16 weights through gemm() (oneDNN), as before the streaming kernel took decode.
-// packed: Q8_0 / MXFP4 packed for the VNNI kernel (int8 activations), as models load them.
+// packed: Q8_0 / MXFP4 packed for the VNNI kernel (int8 activations), BF16 for the bf16 packed kernel.
 // path: Auto is what decode picks on this CPU (bf16 compute); StreamF32 / Bf16Dot pin one kernel.
 void BM_Weights(benchmark::State& state, DType fmt, bool via_gemm = false, bool packed = false,
                 QuantPath path = QuantPath::Auto) {
