@@ -10,13 +10,12 @@
 
 namespace zaya {
 
-void cca_conv_forward(float* out, float* mid, const float* frames, const float* w0, const float* b0,
-                      const float* w1, const float* b1, int64_t S, const CcaDims& dm) {
-  ZAYA_PROFILE_SCOPE("cca_conv");
-  const int64_t C = dm.C(), d = dm.d, t0 = dm.t0, t1 = dm.t1;
+void cca_depthwise_forward(float* mid, const float* frames, const float* w0, const float* b0, int64_t S,
+                           const CcaDims& dm) {
+  const int64_t C = dm.C(), t0 = dm.t0, t1 = dm.t1;
   const int64_t n_mid = S + t1 - 1;
-  // Depthwise: m_σ[c] = b0[c] + Σ_j w0[c,j] · u_{σ-t0+1+j}[c]; frame τ lives at row τ + P of `frames`,
-  // and mid row σ + (t1-1). Row σ=-(t1-1) reads frames rows 0 … t0-1.
+  // m_σ[c] = b0[c] + Σ_j w0[c,j] · u_{σ-t0+1+j}[c]; frame τ lives at row τ + P of `frames`, and mid row
+  // σ + (t1-1). Row σ=-(t1-1) reads frames rows 0 … t0-1.
   for (int64_t s = 0; s < n_mid; s++) {
     float* m = mid + s * C;
     for (int64_t c = 0; c < C; c++) m[c] = b0[c];
@@ -25,51 +24,66 @@ void cca_conv_forward(float* out, float* mid, const float* frames, const float* 
       for (int64_t c = 0; c < C; c++) m[c] += w0[c * t0 + j] * u[c];
     }
   }
+}
+
+void cca_conv_taps(float* taps, const float* mid, int64_t S, const CcaDims& dm) {
+  const int64_t C = dm.C(), d = dm.d, t1 = dm.t1, groups = dm.Hq + dm.Hk, K = d * t1;
+  for (int64_t t = 0; t < S; t++)
+    for (int64_t g = 0; g < groups; g++) {
+      float* x = taps + (t * groups + g) * K;
+      for (int64_t c = 0; c < d; c++)
+        for (int64_t j = 0; j < t1; j++) x[c * t1 + j] = mid[(t + j) * C + g * d + c];
+    }
+}
+
+void cca_grouped_taps_forward(float* out, const float* taps, const float* w1, const float* b1, int64_t T,
+                              bool dot_form, const CcaDims& dm) {
+  const int64_t C = dm.C(), d = dm.d, groups = dm.Hq + dm.Hk, K = d * dm.t1;
+  if (dot_form) {
+    // Per output row of weights (d·t1 floats, from L1 after the first token) every token: the weights are
+    // read once per call, however many sequences share it.
+#pragma omp parallel for schedule(static) if (T * C * K > (int64_t(1) << 17))
+    for (int64_t g = 0; g < groups; g++) {
+      for (int64_t o = g * d; o < (g + 1) * d; o++)
+        for (int64_t t = 0; t < T; t++)
+          out[t * C + o] = b1[o] + dot_f32(w1 + o * K, taps + (t * groups + g) * K, K);
+    }
+    return;
+  }
+#pragma omp parallel for schedule(dynamic, 1) if (T * C * K > (int64_t(1) << 18))
+  for (int64_t g = 0; g < groups; g++) {
+    gemm_small_f32(T, d, K, 1.f, mat(taps + g * K, groups * K), mat(w1 + g * d * K, K, /*trans=*/true), 0.f,
+                   out + g * d, C);
+  }
+  for (int64_t t = 0; t < T; t++)
+    for (int64_t o = 0; o < C; o++) out[t * C + o] += b1[o];
+}
+
+void cca_conv_forward(float* out, float* mid, const float* frames, const float* w0, const float* b0,
+                      const float* w1, const float* b1, int64_t S, const CcaDims& dm) {
+  ZAYA_PROFILE_SCOPE("cca_conv");
+  const int64_t C = dm.C(), d = dm.d, t1 = dm.t1;
+  cca_depthwise_forward(mid, frames, w0, b0, S, dm);
   // Grouped: c_t[o] = b1[o] + Σ_j Σ_c' W1[o,c',j] · m_{t-t1+1+j}[g(o)·d + c']; mid row of m_{t-t1+1+j} = t +
   // j. Per group g and tap j this is a GEMM: out[:, g·d:(g+1)·d] += mid[j : j+S, g·d:(g+1)·d] · W1[g·d:…, :,
   // j]ᵀ, with the tap-major weights w1t[j][o][c'] re-laid from [o][c'][j].
   const int64_t groups = dm.Hq + dm.Hk;
-  // Decode and short chunks (S < 16): per group, the taps' inputs side by side (x[c'·t1 + j] =
-  // m_{t-t1+1+j}[g·d + c']) and one dot product per output over the weights as stored ([o][c'][j], rows of
-  // d·t1), threaded over groups. A GEMM per group and tap would be all call overhead; strided scalar loops
-  // over ZAYA1-8B's 1.3 MB of conv weights cost 0.3 ms a layer.
-  if (!gemm_batch_invariant() && S < 16) {
-    const int64_t K = d * t1;
-#pragma omp parallel for schedule(static) if (S * C * K > (int64_t(1) << 17))
-    for (int64_t g = 0; g < groups; g++) {
-      thread_local std::vector<float> x;
-      x.resize(K);
-      for (int64_t t = 0; t < S; t++) {
-        for (int64_t c = 0; c < d; c++)
-          for (int64_t j = 0; j < t1; j++) x[c * t1 + j] = mid[(t + j) * C + g * d + c];
-        for (int64_t o = g * d; o < (g + 1) * d; o++)
-          out[t * C + o] = b1[o] + dot_f32(w1 + o * K, x.data(), K);
-      }
-    }
-    return;
-  }
-  // Batch-invariant mode (gemm.h): one path for every call, decode included, so that a position's output
-  // does not depend on how many positions share the call (prefill chunks are cut by the scheduler's token
-  // budget, which depends on the other sequences). The same side-by-side inputs, one dot-form product per
-  // group on zaya's small kernel (a fixed order per element over the d·t1 terms, whatever S; gemm_small.h),
-  // with no re-laid weights and no dispatch: a decode step's convolution ran a 330 kB weight transpose, a
-  // parallel region and 20 gemm() calls per layer (236 vs 50 us a call for mid.json). Outside that mode it
-  // serves chunks below 64 positions too (the re-laid weights and per-tap GEMMs below cost more there: the
-  // 20-token continuations of `zaya eval run`'s shared-context scoring).
+  // Decode and short chunks: per group, the taps' inputs side by side and dot products over the weights as
+  // stored ([o][c'][j], rows of d·t1; cca_grouped_taps_forward). Below 16 positions one dot_f32 per output
+  // (a GEMM per group and tap would be all call overhead; strided scalar loops over ZAYA1-8B's 1.3 MB of
+  // conv weights cost 0.3 ms a layer). In batch-invariant mode (gemm.h) every call takes zaya's small
+  // kernel, so that a position's output does not depend on how many positions share the call (prefill
+  // chunks are cut by the scheduler's token budget, which depends on the other sequences): a fixed order
+  // per element over the d·t1 terms, whatever S (gemm_small.h), with no re-laid weights and no dispatch (a
+  // decode step's convolution ran a 330 kB weight transpose, a parallel region and 20 gemm() calls per
+  // layer: 236 vs 50 us a call for mid.json). Outside that mode the small kernel serves chunks below 64
+  // positions too (the re-laid weights and per-tap GEMMs below cost more there: the 20-token continuations
+  // of `zaya eval run`'s shared-context scoring).
   if (gemm_batch_invariant() || S < 64) {
-    const int64_t K = d * t1;
-#pragma omp parallel for schedule(dynamic, 1) if (S * C * K > (int64_t(1) << 18))
-    for (int64_t g = 0; g < groups; g++) {
-      thread_local std::vector<float> x;
-      x.resize(S * K);
-      for (int64_t t = 0; t < S; t++)
-        for (int64_t c = 0; c < d; c++)
-          for (int64_t j = 0; j < t1; j++) x[t * K + c * t1 + j] = mid[(t + j) * C + g * d + c];
-      gemm_small_f32(S, d, K, 1.f, mat(x.data(), K), mat(w1 + g * d * K, K, /*trans=*/true), 0.f, out + g * d,
-                     C);
-    }
-    for (int64_t t = 0; t < S; t++)
-      for (int64_t o = 0; o < C; o++) out[t * C + o] += b1[o];
+    thread_local std::vector<float> taps;  // [S, groups, d·t1]
+    taps.resize(size_t(S * groups * d * t1));
+    cca_conv_taps(taps.data(), mid, S, dm);
+    cca_grouped_taps_forward(out, taps.data(), w1, b1, S, cca_conv_dot_form(S), dm);
     return;
   }
   std::vector<float> w1t(t1 * C * d);  // shared by the threads below (a thread_local would not be)
@@ -85,6 +99,10 @@ void cca_conv_forward(float* out, float* mid, const float* frames, const float* 
   }
   for (int64_t t = 0; t < S; t++)
     for (int64_t o = 0; o < C; o++) out[t * C + o] += b1[o];
+}
+
+bool cca_conv_dot_form(int64_t S) {
+  return !gemm_batch_invariant() && S < 16;
 }
 
 void rope_inv_freq(float* inv_freq, int64_t r, double theta) {

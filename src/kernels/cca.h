@@ -24,6 +24,21 @@ struct CcaDims {
 void cca_conv_forward(float* out, float* mid, const float* frames, const float* w0, const float* b0,
                       const float* w1, const float* b1, int64_t S, const CcaDims& dm);
 
+// The same convolutions in steps, for callers that batch the grouped one over many sequences (decode):
+//   cca_depthwise_forward: mid[S+t1-1, C] from frames[P+S, C] (the first half of cca_conv_forward).
+//   cca_conv_taps: taps[S, groups, d·t1], the grouped convolution's inputs side by side per group,
+//     taps[t, g, c'·t1 + j] = mid[t + j, g·d + c'] (groups = Hq + Hk).
+//   cca_grouped_taps_forward: out[T, C] = b1 + the grouped convolution of T positions' taps[T, groups, d·t1]
+//     (any number of sequences); dot_form: one dot_f32 per output over w1's row (cca_conv_dot_form(S) says
+//     which form cca_conv_forward takes for S positions; each output's bits are the same either way of
+//     batching), else zaya's small GEMM (a fixed order per element whatever T).
+void cca_depthwise_forward(float* mid, const float* frames, const float* w0, const float* b0, int64_t S,
+                           const CcaDims& dm);
+void cca_conv_taps(float* taps, const float* mid, int64_t S, const CcaDims& dm);
+void cca_grouped_taps_forward(float* out, const float* taps, const float* w1, const float* b1, int64_t T,
+                              bool dot_form, const CcaDims& dm);
+bool cca_conv_dot_form(int64_t S);
+
 // q/k mean mixing, QK norm, temperature and RoPE, in place on conv[S, C] (§5.5 c-e):
 //   conv[:, :A] becomes Q'[S, Hq, d], conv[:, A:] becomes K'[S, Hk, d].
 //   raw[S, C] = U (the unconvolved projections [Q0 | K0]); temp[Hk]; positions[S] absolute.

@@ -213,29 +213,39 @@ void block_forward(const ZayaModel& model, int64_t li, const BlockCall& call, fl
   // Every row of a cache appends at the same place (see BlockCall): its length before this call.
   std::vector<int64_t> old_lens(static_cast<size_t>(n_segs));
   for (int64_t si = 0; si < n_segs; si++) old_lens[size_t(si)] = call.segs[si].cache->layers[li].len;
-  // Segment si on thread slot tid (its scratch): convolution, Q/K, values, key append, attention.
-  auto run_segment = [&](int64_t si, int64_t tid) {
+  // Segment si's raw frames on thread slot tid (its scratch): the P cached frames (zeros on a fresh
+  // sequence), then this call's S frames; the cached state advances to the last P.
+  auto load_frames = [&](int64_t si, int64_t tid) {
+    const BlockSegment& sg = call.segs[si];
+    ZayaLayerCache& lc = sg.cache->layers[li];
+    float* frames = frames_all + tid * frames_n;
+    float* state = lc.conv.data() + sg.row * P * C;
+    if (!sg.has_state) std::memset(state, 0, P * C * sizeof(float));
+    std::memcpy(frames, state, P * C * sizeof(float));
+    std::memcpy(frames + P * C, raw + sg.t0 * C, sg.n * C * sizeof(float));
+    std::memcpy(state, frames + sg.n * C, P * C * sizeof(float));  // new state = last P frames
+    return frames;
+  };
+  // Segment si on thread slot tid (its scratch): convolution (unless conv_done: batched below), Q/K,
+  // values, key append, attention.
+  auto run_segment = [&](int64_t si, int64_t tid, bool conv_done) {
     const BlockSegment& sg = call.segs[si];
     ZayaLayerCache& lc = sg.cache->layers[li];
     const int64_t S = sg.n, t0 = sg.t0, b = sg.row;
     const int64_t key_pos0 = lc.start;
     const int64_t old_len = old_lens[size_t(si)];
-    float* frames = frames_all + tid * frames_n;
-    float* mid = mid_all + tid * mid_n;
     float* vals = vals_all + tid * vals_n;
-    // Raw frames: the P cached frames (zeros on a fresh sequence), then this call's S frames.
-    float* state = lc.conv.data() + b * P * C;
-    if (!sg.has_state) std::memset(state, 0, P * C * sizeof(float));
-    std::memcpy(frames, state, P * C * sizeof(float));
-    std::memcpy(frames + P * C, raw + t0 * C, S * C * sizeof(float));
-    std::memcpy(state, frames + S * C, P * C * sizeof(float));  // new state = last P frames
     float* cv = conv + t0 * C;
-    cca_conv_forward(cv, mid, frames, lw.conv0_w.f32(), lw.conv0_b.f32(), lw.conv1_w.f32(), lw.conv1_b.f32(),
-                     S, dm);
-    if (la) {
-      const int64_t n_mid = S + c.cca_time1 - 1;
-      std::memcpy(la->mid.data() + si * n_mid * C, mid, n_mid * C * sizeof(float));
-      std::memcpy(la->conv.data() + t0 * C, cv, S * C * sizeof(float));
+    if (!conv_done) {
+      float* mid = mid_all + tid * mid_n;
+      const float* frames = load_frames(si, tid);
+      cca_conv_forward(cv, mid, frames, lw.conv0_w.f32(), lw.conv0_b.f32(), lw.conv1_w.f32(),
+                       lw.conv1_b.f32(), S, dm);
+      if (la) {
+        const int64_t n_mid = S + c.cca_time1 - 1;
+        std::memcpy(la->mid.data() + si * n_mid * C, mid, n_mid * C * sizeof(float));
+        std::memcpy(la->conv.data() + t0 * C, cv, S * C * sizeof(float));
+      }
     }
     cca_qk_forward(cv, raw + t0 * C, lw.temp.f32(), sg.pos, S, dm, c.rotary_dim(li), c.rope(li).theta);
     if (la) std::memcpy(la->qk.data() + t0 * C, cv, S * C * sizeof(float));
@@ -290,9 +300,43 @@ void block_forward(const ZayaModel& model, int64_t li, const BlockCall& call, fl
   std::vector<int64_t> short_segs, long_segs;
   for (int64_t si = 0; si < n_segs; si++)
     (seg_parallel && call.segs[si].n < kShortSegment ? short_segs : long_segs).push_back(si);
-  parallel_for_dynamic(short_segs.size(), int(seg_threads),
-                       [&](size_t i, int slot) { run_segment(short_segs[i], slot); });
-  for (int64_t si : long_segs) run_segment(si, 0);
+  // The short segments' grouped convolutions as one call: a decode step of B sequences reads the conv
+  // weights (1.3 MB a layer for ZAYA1-8B, evicted from L2 by the expert stream between layers) once, not
+  // B times. Each output keeps the bits it has in its own segment's cca_conv_forward (the same form per
+  // position: dot_f32 per output below 16 positions, the small GEMM in batch-invariant mode).
+  std::vector<int64_t> batched, batch_row0;  // segments, and their first row in the batch
+  int64_t batch_T = 0;
+  for (int64_t si : short_segs) {
+    if (!gemm_batch_invariant() && !cca_conv_dot_form(call.segs[si].n)) continue;
+    batched.push_back(si);
+    batch_row0.push_back(batch_T);
+    batch_T += call.segs[si].n;
+  }
+  if (batched.size() < 2) batched.clear();
+  std::vector<uint8_t> conv_done(size_t(n_segs), 0);
+  if (!batched.empty()) {
+    ZAYA_PROFILE_SCOPE("cca_conv");
+    const int64_t groups = Hq + Hk, K = d * c.cca_time1;
+    float* taps = grow(sc.taps, batch_T * groups * K);  // [batch_T, groups, d·t1]
+    float* conv_batch = grow(sc.conv_batch, batch_T * C);
+    parallel_for_dynamic(batched.size(), int(seg_threads), [&](size_t i, int slot) {
+      const BlockSegment& sg = call.segs[batched[i]];
+      float* mid = mid_all + slot * mid_n;
+      cca_depthwise_forward(mid, load_frames(batched[i], slot), lw.conv0_w.f32(), lw.conv0_b.f32(), sg.n, dm);
+      cca_conv_taps(taps + batch_row0[i] * groups * K, mid, sg.n, dm);
+    });
+    cca_grouped_taps_forward(conv_batch, taps, lw.conv1_w.f32(), lw.conv1_b.f32(), batch_T,
+                             !gemm_batch_invariant(), dm);
+    for (size_t i = 0; i < batched.size(); i++) {
+      const BlockSegment& sg = call.segs[batched[i]];
+      std::memcpy(conv + sg.t0 * C, conv_batch + batch_row0[i] * C, sg.n * C * sizeof(float));
+      conv_done[size_t(batched[i])] = 1;
+    }
+  }
+  parallel_for_dynamic(short_segs.size(), int(seg_threads), [&](size_t i, int slot) {
+    run_segment(short_segs[i], slot, conv_done[size_t(short_segs[i])] != 0);
+  });
+  for (int64_t si : long_segs) run_segment(si, 0, false);
   // Each cache's keys advance once, after all its rows attended. Sliding layers keep only the last W-1 keys
   // (spec §7.4); a recording (training) forward keeps all.
   for (int64_t si = 0; si < n_segs; si++) {

@@ -101,8 +101,8 @@ struct ForwardResult {
 
 // Reusable activations of one forward call (grow on demand, kept across calls).
 struct ForwardScratch {
-  std::vector<float> x, h, u, a, qkv, raw, vc, dv, frames, mid, conv, vals, ocat, rho, rho_prev, r1, r2,
-      probs, m, z;
+  std::vector<float> x, h, u, a, qkv, raw, vc, dv, frames, mid, taps, conv_batch, conv, vals, ocat, rho,
+      rho_prev, r1, r2, probs, m, z;
   std::vector<int32_t> choice;
   std::vector<float> weight, p_skip;
   std::vector<int64_t> positions;
