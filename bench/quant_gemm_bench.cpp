@@ -4,9 +4,9 @@
 // plus scales) per call, at the row counts of decode (1, 4, 16) and the prefill switch-over (32 rows, where
 // the dequantize-to-bf16 GEMM takes over). The `bf16` / `fp8` rows are what decode picks on this CPU for
 // weights without a pack; the `_f32stream` / `_dot` rows pin the fp32 streaming or the bf16 dot kernel;
-// `bf16_packed` is the bf16 packed kernel (the pack a loaded model attaches to its dense bf16 matrices where
-// bf16_decode_pack_wanted()). Compare with `zaya bench
-// decode`'s measured read bandwidth.
+// `bf16_packed` / `fp8_packed` are the float packed kernels (the packs a loaded model attaches to its dense
+// bf16 matrices where bf16_decode_pack_wanted(), to its FP8 ones where fp8_decode_pack_wanted()). Compare
+// with `zaya bench decode`'s measured read bandwidth.
 //
 //   ./bench/quant_gemm_bench --benchmark_repetitions=3 --benchmark_enable_random_interleaving=true
 #include <benchmark/benchmark.h>
@@ -57,7 +57,7 @@ double weight_bytes(const Tensor& W) {
 }
 
 // via_gemm: the BF16 weights through gemm() (oneDNN), as before the streaming kernel took decode.
-// packed: Q8_0 / MXFP4 packed for the VNNI kernel (int8 activations), BF16 for the bf16 packed kernel.
+// packed: Q8_0 / MXFP4 packed for the VNNI kernel (int8 activations), BF16 / FP8 for the float packed ones.
 // path: Auto is what decode picks on this CPU (bf16 compute); StreamF32 / Bf16Dot pin one kernel.
 void BM_Weights(benchmark::State& state, DType fmt, bool via_gemm = false, bool packed = false,
                 QuantPath path = QuantPath::Auto) {
@@ -70,11 +70,11 @@ void BM_Weights(benchmark::State& state, DType fmt, bool via_gemm = false, bool 
     state.SkipWithError("this build has no AVX512-BF16 dot kernel");
     return;
   }
-  static std::vector<Tensor> w[7];
+  static std::vector<Tensor> w[8];
   const int slot = fmt == DType::BF16    ? (packed ? 6 : 0)
                    : fmt == DType::Q8_0  ? (packed ? 4 : 1)
                    : fmt == DType::MXFP4 ? (packed ? 5 : 2)
-                                         : 3;
+                                         : (packed ? 7 : 3);
   if (w[slot].empty()) {
     w[slot].push_back(weights(fmt));
     if (packed) pack_for_decode(w[slot].back());
@@ -113,6 +113,14 @@ BENCHMARK_CAPTURE(BM_Weights, bf16_gemm, DType::BF16, true)
 BENCHMARK_CAPTURE(BM_Weights, bf16, DType::BF16)->Arg(1)->Arg(4)->Arg(8)->Arg(16)->Arg(32)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Weights, bf16_packed, DType::BF16, false, true)
     ->Arg(1)
+    ->Arg(4)
+    ->Arg(8)
+    ->Arg(16)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_Weights, fp8_packed, DType::F8_E4M3, false, true)
+    ->Arg(1)
+    ->Arg(2)
+    ->Arg(3)
     ->Arg(4)
     ->Arg(8)
     ->Arg(16)

@@ -488,6 +488,8 @@ TEST(QuantGemm, Bf16DotRejectsOtherFormats) {
 // ---- The VNNI kernel over packed weights (int8 activations) ----
 
 constexpr DType kPacked[] = {DType::Q8_0, DType::MXFP4};
+// Every format pack_for_decode packs whose source a loaded model releases (prefill reads the pack).
+constexpr DType kReleasedPacked[] = {DType::Q8_0, DType::MXFP4, DType::F8_E4M3};
 
 // W quantized and packed for the VNNI kernel; skips the test on CPUs without AVX512-VNNI (no pack made).
 #define PACKED_OR_SKIP(W) \
@@ -658,7 +660,7 @@ TEST(QuantGemm, PackedIsBatchInvariant) {
 
 // Experts: packed grouped rows equal the packed single-matrix product of their expert, bitwise.
 TEST(QuantGemm, PackedGroupedEqualsPerExpert) {
-  for (DType f : kPacked) {
+  for (DType f : kReleasedPacked) {
     const int64_t E = 5, N = 48, K = 128;
     Tensor W = weight_in(f, {E, N, K}, 51);
     PACKED_OR_SKIP(W);
@@ -685,7 +687,7 @@ TEST(QuantGemm, PackedGroupedEqualsPerExpert) {
 // Prefill dequantizes from the pack when there is one (so the checkpoint's pages can go): bitwise the same
 // tiles, bf16 and fp32, as from the checkpoint's own layout.
 TEST(QuantGemm, PackedPrefillEqualsUnpacked) {
-  for (DType f : kPacked) {
+  for (DType f : kReleasedPacked) {
     const int64_t N = 64, K = 288, M = 40;
     Tensor W = weight_in(f, {N, K}, 71);
     Tensor Wp = W;
@@ -714,58 +716,97 @@ TEST(QuantGemm, PackedEdgeCases) {
   for (float v : out) EXPECT_TRUE(std::isnan(v));
 }
 
-// BF16 matrices packed for decode (pack_for_decode): the bf16 packed kernel against the fp64 product, at
-// the row counts of decode and past them (blocks of 16, 8, 4, 2, 1 rows, several passes for 3, 5, 13, 17,
-// 40), with column groups that fill its blocks of 8 and leave some over (N = 48: 3 groups; 400: 25). Bound
-// 1e-5 of Σ|w·a| per output: measured worst 0.03 of it (one fp32 chain over K = 2048).
-TEST(QuantGemm, Bf16PackedEqualsFp32Product) {
-  for (int64_t N : {48, 400}) {
-    for (int64_t K : {32, 96, 2048}) {
-      Tensor W = weight_in(DType::BF16, {N, K}, 81 + uint32_t(K + N));
-      PACKED_OR_SKIP(W);
-      double worst = 0;
-      for (int64_t M : {1, 2, 3, 4, 5, 8, 13, 16, 17, 40}) {
-        Tensor a = random_f32({M, K}, 83 + uint32_t(M));
-        std::vector<double> want, bound;
-        reference(&want, &bound, W, 0, a.f32(), M);
-        std::vector<float> got(size_t(M * N), NAN);
-        quant_linear_forward_with(QuantPath::Stream, got.data(), N, a.f32(), M, W);
-        const double r = worst_ratio(got.data(), want, bound);
-        EXPECT_LE(r, 1.0) << "N=" << N << " K=" << K << " M=" << M;
-        worst = std::max(worst, r);
+// BF16 and FP8 matrices packed for decode (pack_for_decode): the float packed kernels against the fp64
+// product, at the row counts of decode and past them (BF16: blocks of 16, 8, 4, 2, 1 rows; FP8: 8, 4, 2, 1;
+// several passes for 3, 5, 13, 17, 40), with column groups that fill their blocks of groups and leave some
+// over (N = 48: 3 groups; 400: 25). Bound 1e-5 of Σ|w·a| per output: measured worst 0.03 of it (both formats:
+// one fp32 chain over K = 2048).
+TEST(QuantGemm, FloatPackedEqualsFp32Product) {
+  for (DType f : {DType::BF16, DType::F8_E4M3}) {
+    for (int64_t N : {48, 400}) {
+      for (int64_t K : {32, 96, 2048}) {
+        Tensor W = weight_in(f, {N, K}, 81 + uint32_t(K + N));
+        PACKED_OR_SKIP(W);
+        double worst = 0;
+        for (int64_t M : {1, 2, 3, 4, 5, 8, 13, 16, 17, 40}) {
+          Tensor a = random_f32({M, K}, 83 + uint32_t(M));
+          std::vector<double> want, bound;
+          reference(&want, &bound, W, 0, a.f32(), M);
+          std::vector<float> got(size_t(M * N), NAN);
+          quant_linear_forward_with(QuantPath::Stream, got.data(), N, a.f32(), M, W);
+          const double r = worst_ratio(got.data(), want, bound);
+          EXPECT_LE(r, 1.0) << dtype_name(f) << " N=" << N << " K=" << K << " M=" << M;
+          worst = std::max(worst, r);
+        }
+        if (K == 2048 && N == 400)
+          std::printf("  %s packed kernel: worst error %.3f of the bound\n", dtype_name(f), worst);
       }
-      if (K == 2048 && N == 400) std::printf("  bf16 packed kernel: worst error %.3f of the bound\n", worst);
     }
   }
 }
 
 // Bitwise the same rows whatever M (each output is one chain of fmas over k in order), and the same
 // columns whatever N's split into tiles; NaN activations stay NaN.
-TEST(QuantGemm, Bf16PackedIsBatchInvariant) {
-  const int64_t N = 1024, K = 2048, M = 19;
-  Tensor W = weight_in(DType::BF16, {N, K}, 91);
+TEST(QuantGemm, FloatPackedIsBatchInvariant) {
+  for (DType f : {DType::BF16, DType::F8_E4M3}) {
+    SCOPED_TRACE(dtype_name(f));
+    const int64_t N = 1024, K = 2048, M = 19;
+    Tensor W = weight_in(f, {N, K}, 91);
+    PACKED_OR_SKIP(W);
+    Tensor a = random_f32({M, K}, 92);
+    std::vector<float> all(size_t(M * N));
+    quant_linear_forward_with(QuantPath::Stream, all.data(), N, a.f32(), M, W);
+    for (int64_t m = 0; m < M; m++) {
+      std::vector<float> one(static_cast<size_t>(N));
+      quant_linear_forward_with(QuantPath::Stream, one.data(), N, a.f32() + m * K, 1, W);
+      EXPECT_EQ(0, std::memcmp(one.data(), all.data() + m * N, size_t(N) * 4)) << "m=" << m;
+    }
+    std::vector<float> nan_in(a.f32(), a.f32() + 4 * K), out(size_t(4 * N));
+    nan_in[size_t(2 * K + 17)] = NAN;
+    quant_linear_forward_with(QuantPath::Stream, out.data(), N, nan_in.data(), 4, W);
+    for (int64_t n = 0; n < N; n++) {
+      EXPECT_TRUE(std::isnan(out[size_t(2 * N + n)])) << n;
+      EXPECT_EQ(out[size_t(n)], all[size_t(n)]) << n;  // the other rows keep their values
+    }
+    // Not whole groups of 16 rows, or K not whole blocks: no pack, the streaming kernel.
+    Tensor odd = weight_in(f, {40, 64}, 93), short_k = weight_in(f, {32, 48}, 94);
+    pack_for_decode(odd);
+    pack_for_decode(short_k);
+    EXPECT_FALSE(has_decode_pack(odd));
+    EXPECT_FALSE(has_decode_pack(short_k));
+  }
+}
+
+// Every e4m3 code but the two NaNs through the FP8 packed kernel, each exactly its value times its row's
+// scale: 16 rows of 32 (the 254 codes, then again from the start), identity activations. Subnormals widen
+// through fp16 subnormals, both zeros stay zero, ±448 stay finite. A matrix holding a NaN code is not
+// packed: the streaming kernel keeps its rows NaN.
+TEST(QuantGemm, Fp8PackedWidensEveryCode) {
+  const int64_t N = 16, K = 32;
+  Tensor W = quantize(random_f32({N, K}, 95), DType::F8_E4M3);
+  auto* codes = static_cast<uint8_t*>(W.data);
+  std::vector<uint8_t> finite;
+  for (int c = 0; c < 256; c++)
+    if ((c & 0x7F) != 0x7F) finite.push_back(uint8_t(c));
+  for (int64_t i = 0; i < N * K; i++) codes[i] = finite[size_t(i) % finite.size()];
+  Tensor with_nan = W.clone();
+  static_cast<uint8_t*>(with_nan.data)[77] = 0xFF;
   PACKED_OR_SKIP(W);
-  Tensor a = random_f32({M, K}, 92);
-  std::vector<float> all(size_t(M * N));
-  quant_linear_forward_with(QuantPath::Stream, all.data(), N, a.f32(), M, W);
-  for (int64_t m = 0; m < M; m++) {
-    std::vector<float> one(static_cast<size_t>(N));
-    quant_linear_forward_with(QuantPath::Stream, one.data(), N, a.f32() + m * K, 1, W);
-    EXPECT_EQ(0, std::memcmp(one.data(), all.data() + m * N, size_t(N) * 4)) << "m=" << m;
-  }
-  std::vector<float> nan_in(a.f32(), a.f32() + 4 * K), out(size_t(4 * N));
-  nan_in[size_t(2 * K + 17)] = NAN;
-  quant_linear_forward_with(QuantPath::Stream, out.data(), N, nan_in.data(), 4, W);
-  for (int64_t n = 0; n < N; n++) {
-    EXPECT_TRUE(std::isnan(out[size_t(2 * N + n)])) << n;
-    EXPECT_EQ(out[size_t(n)], all[size_t(n)]) << n;  // the other rows keep their values
-  }
-  // Not whole groups of 16 rows, or K not whole blocks: no pack, the streaming kernel.
-  Tensor odd = weight_in(DType::BF16, {40, 64}, 93), short_k = weight_in(DType::BF16, {32, 48}, 94);
-  pack_for_decode(odd);
-  pack_for_decode(short_k);
-  EXPECT_FALSE(has_decode_pack(odd));
-  EXPECT_FALSE(has_decode_pack(short_k));
+  std::vector<float> eye(size_t(K * K), 0.0f);
+  for (int64_t k = 0; k < K; k++) eye[size_t(k * K + k)] = 1.0f;
+  std::vector<double> want, bound;
+  reference(&want, &bound, W, 0, eye.data(), K);
+  std::vector<float> got(size_t(K * N), NAN);
+  quant_linear_forward_with(QuantPath::Stream, got.data(), N, eye.data(), K, W);
+  for (int64_t m = 0; m < K; m++)
+    for (int64_t n = 0; n < N; n++) {
+      const size_t i = size_t(m * N + n);
+      EXPECT_EQ(got[i], float(want[i])) << "code " << int(codes[n * K + m]);
+    }
+  pack_for_decode(with_nan);
+  EXPECT_FALSE(has_decode_pack(with_nan));
+  quant_linear_forward_with(QuantPath::Stream, got.data(), N, eye.data(), K, with_nan);
+  for (int64_t m = 0; m < K; m++) EXPECT_TRUE(std::isnan(got[size_t(m * N + 77 / K)])) << m;
 }
 
 TEST(QuantGemm, NanActivationIsNotHidden) {

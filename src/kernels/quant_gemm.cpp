@@ -688,6 +688,7 @@ void dequant_rows8(float* out32, uint16_t* out16, const QMat& w, int64_t n0, int
 constexpr size_t kQ8PackBlock = 8 * 64 + 16 * 2;   // Q8_0: 8 vectors of 16 rows x 4 u8, 16 fp16 scales
 constexpr size_t kFp4PackBlock = 4 * 64 + 16 * 1;  // MXFP4: 4 vectors of 16 rows x 4 nibble pairs, 16 E8M0
 constexpr size_t kBf16PackBlock = 16 * 64;         // BF16: 16 vectors of 16 rows x 1 element pair
+constexpr size_t kFp8PackBlock = 8 * 64;           // FP8: 8 vectors of 16 rows x 2 byte pairs (no scales)
 
 constexpr size_t kPackPrefetchBytes = 4096;
 
@@ -697,6 +698,8 @@ struct DecodePack {
   size_t block_bytes;
   std::shared_ptr<void> mem;
   const uint8_t* data;  // [E][N / 16][nb][block_bytes]
+  // FP8: [E·N] each row's weight_scale times 2^8 (the kernel's fp16 values are the e4m3 ones times 2^-8).
+  std::vector<float> row_scale;
   const uint8_t* group(int64_t e, int64_t g) const {
     return data + (size_t(e) * size_t(N / 16) + size_t(g)) * size_t(nb) * block_bytes;
   }
@@ -713,6 +716,14 @@ void pack_group(uint8_t* dst, const QMat& w, int64_t g) {
         // Vector j, dword r: elements 32b + 2j (low half) and 32b + 2j + 1 (high half) of the row.
         uint8_t* blk = dst + size_t(b) * kBf16PackBlock;
         for (int j = 0; j < 16; j++) std::memcpy(blk + j * 64 + r * 4, row + (b * 32 + 2 * j) * 2, 4);
+      } else if (w.fmt == DType::F8_E4M3) {
+        // Vector q: word r holds elements 32b + 4q (low byte) and 4q + 1 (high byte) of the row, word 16 + r
+        // elements 4q + 2 and 4q + 3.
+        uint8_t* blk = dst + size_t(b) * kFp8PackBlock;
+        for (int q = 0; q < 8; q++) {
+          std::memcpy(blk + q * 64 + 2 * r, row + b * 32 + 4 * q, 2);
+          std::memcpy(blk + q * 64 + 32 + 2 * r, row + b * 32 + 4 * q + 2, 2);
+        }
       } else if (w.fmt == DType::Q8_0) {
         uint8_t* blk = dst + size_t(b) * kQ8PackBlock;
         for (int q = 0; q < 8; q++)
@@ -745,16 +756,16 @@ const DecodePack* decode_pack_of(const Tensor& W) {
   return static_cast<const DecodePack*>(W.decode_pack.get());
 }
 
-// W's pack for the int8 (VNNI) kernels: Q8_0 or MXFP4; null for a BF16 pack or none.
+// W's pack for the int8 (VNNI) kernels: Q8_0 or MXFP4; null for a float pack or none.
 const DecodePack* int8_pack_of(const Tensor& W) {
   const DecodePack* p = decode_pack_of(W);
-  return p && p->fmt != DType::BF16 ? p : nullptr;
+  return p && (p->fmt == DType::Q8_0 || p->fmt == DType::MXFP4) ? p : nullptr;
 }
 
-// W's pack for the bf16 packed kernel; null otherwise.
-const DecodePack* bf16_pack_of(const Tensor& W) {
+// W's pack for the float packed kernels (BF16, FP8); null otherwise.
+const DecodePack* float_pack_of(const Tensor& W) {
   const DecodePack* p = decode_pack_of(W);
-  return p && p->fmt == DType::BF16 ? p : nullptr;
+  return p && (p->fmt == DType::BF16 || p->fmt == DType::F8_E4M3) ? p : nullptr;
 }
 
 inline int32_t load_i32(const int8_t* p) {
@@ -882,7 +893,7 @@ void packed_tile_any(float* out, int64_t ldc, const ActQ8& a, int64_t m0, int64_
   packed_tile<DType::MXFP4>(out, ldc, a, m0, M, p, e, n0, n1);
 }
 
-// ---- The bf16 kernel over packed weights: BF16 matrices on CPUs where vdpbf16ps is slow ----
+// ---- The float kernels over packed weights: BF16 matrices on CPUs where vdpbf16ps is slow, FP8 ones ----
 //
 // The fp32 streaming kernel takes a bf16 row 32 elements at a time, widens them (a vpmovzxwd and a shift per
 // 16) and forms dot products across the lanes, reduced at the end: at 8 and 16 rows it ran its fmas at
@@ -893,61 +904,110 @@ void packed_tile_any(float* out, int64_t ldc, const ActQ8& a, int64_t m0, int64_
 // accumulators (16 of them; 8 for one row), no reduction at the end. Each output is one chain of fmas over
 // k = 0, 1, ..., K - 1 in order, the same whatever NG, MR and M: a row's result depends on its own
 // activations and W only (batch invariant).
+//
+// FP8 (e4m3) the same way, 64 elements a vector: two byte pairs of 16 rows (word r: elements 4q, 4q + 1 of
+// row r; word 16 + r: 4q + 2, 4q + 3). Shifting a byte to the top of its word and one more to the right (sign
+// copied), bit 14 cleared, gives S.0EEEE.MMM0000000: the fp16 of the e4m3 value times 2^-8, subnormals
+// included (an e4m3 subnormal is an fp16 subnormal, which vcvtph2ps widens exactly). Three integer ops and
+// two widenings per 32 elements, where the streaming kernel spent 5.5 (the byte-to-word widening and the NaN
+// lanes; a matrix holding e4m3 NaN codes keeps that kernel: pack_for_decode leaves it unpacked) and ran one
+// row at 21 GB/s, below the memory. Each output times its row's scale (times 2^8) at the end. Decoding to
+// fp32 bit patterns directly would need fp32 subnormals for e4m3's, and an fma with a subnormal operand
+// took ~100x longer on that Xeon.
 
-// The lines kBf16PackPrefetch bytes ahead of a group's stream go to L1 as it is read (each group is its own
+// The lines kFloatPackPrefetch bytes ahead of a group's stream go to L1 as it is read (each group is its own
 // stream, and NG of them run side by side).
-constexpr size_t kBf16PackPrefetch = 2048;
+constexpr size_t kFloatPackPrefetch = 2048;
 
 // out[m, 16g + i] for groups g0 .. g0 + NG - 1 of expert e and the MR activation rows at `at` (`at` holds
 // them transposed: element k of row m at at[k · ldt + m]; out points at row 0 of the block).
-template <int NG, int MR>
-void bf16_packed_groups(float* out, int64_t ldc, const float* at, int64_t ldt, const DecodePack& p, int64_t e,
-                        int64_t g0) {
+template <DType F, int NG, int MR>
+void float_packed_groups(float* out, int64_t ldc, const float* at, int64_t ldt, const DecodePack& p,
+                         int64_t e, int64_t g0) {
+  static_assert(F == DType::BF16 || F == DType::F8_E4M3, "the float packed kernels take BF16 or FP8 packs");
   const uint8_t* grp[NG];
   for (int g = 0; g < NG; g++) grp[g] = p.group(e, g0 + g);
   __m512 acc[NG][MR];
   for (int g = 0; g < NG; g++)
     for (int m = 0; m < MR; m++) acc[g][m] = _mm512_setzero_ps();
-  const __m512i high = _mm512_set1_epi32(int(0xFFFF0000u));
-  const int64_t pairs = p.K / 2;
-  // Element 2j of every row at a0, element 2j + 1 at a1: two pointers, so that every broadcast is a fixed
-  // offset from one of them (a0 + ldt + m took a register each and spilled).
-  const float* a0 = at;
-  const float* a1 = at + ldt;
-  for (int64_t j = 0; j < pairs; j++, a0 += 2 * ldt, a1 += 2 * ldt) {
+  if constexpr (F == DType::BF16) {
+    const __m512i high = _mm512_set1_epi32(int(0xFFFF0000u));
+    const int64_t pairs = p.K / 2;
+    // Element 2j of every row at a0, element 2j + 1 at a1: two pointers, so that every broadcast is a fixed
+    // offset from one of them (a0 + ldt + m took a register each and spilled).
+    const float* a0 = at;
+    const float* a1 = at + ldt;
+    for (int64_t j = 0; j < pairs; j++, a0 += 2 * ldt, a1 += 2 * ldt) {
 #pragma GCC unroll 8
+      for (int g = 0; g < NG; g++) {
+        const uint8_t* v = grp[g] + size_t(j) * 64;
+        _mm_prefetch(reinterpret_cast<const char*>(v + kFloatPackPrefetch), _MM_HINT_T0);
+        const __m512i w = _mm512_load_si512(v);
+        const __m512 even = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+        const __m512 odd = _mm512_castsi512_ps(_mm512_and_si512(w, high));
+#pragma GCC unroll 16
+        for (int m = 0; m < MR; m++) acc[g][m] = _mm512_fmadd_ps(even, _mm512_set1_ps(a0[m]), acc[g][m]);
+#pragma GCC unroll 16
+        for (int m = 0; m < MR; m++) acc[g][m] = _mm512_fmadd_ps(odd, _mm512_set1_ps(a1[m]), acc[g][m]);
+      }
+    }
+    for (int g = 0; g < NG; g++)
+      for (int m = 0; m < MR; m++) _mm512_storeu_ps(out + m * ldc + 16 * (g0 + g), acc[g][m]);
+  } else {
+    const __m512i keep = _mm512_set1_epi16(short(0xBF80));  // sign, exponent, 3 mantissa bits
+    const int64_t quads = p.K / 4;
+    const float* a0 = at;  // elements 4q, 4q + 1, 4q + 2, 4q + 3 of every row (see the bf16 case)
+    const float* a1 = at + ldt;
+    const float* a2 = at + 2 * ldt;
+    const float* a3 = at + 3 * ldt;
+    for (int64_t q = 0; q < quads; q++, a0 += 4 * ldt, a1 += 4 * ldt, a2 += 4 * ldt, a3 += 4 * ldt) {
+#pragma GCC unroll 8
+      for (int g = 0; g < NG; g++) {
+        const uint8_t* v = grp[g] + size_t(q) * 64;
+        _mm_prefetch(reinterpret_cast<const char*>(v + kFloatPackPrefetch), _MM_HINT_T0);
+        const __m512i w = _mm512_load_si512(v);
+        const __m512i lo = _mm512_and_si512(_mm512_srai_epi16(_mm512_slli_epi16(w, 8), 1), keep);
+        const __m512i hi = _mm512_and_si512(_mm512_srai_epi16(w, 1), keep);
+        const __m512 f0 = _mm512_cvtph_ps(_mm512_castsi512_si256(lo));
+        const __m512 f1 = _mm512_cvtph_ps(_mm512_castsi512_si256(hi));
+        const __m512 f2 = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(lo, 1));
+        const __m512 f3 = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(hi, 1));
+#pragma GCC unroll 8
+        for (int m = 0; m < MR; m++) {
+          __m512 x = _mm512_fmadd_ps(f0, _mm512_set1_ps(a0[m]), acc[g][m]);
+          x = _mm512_fmadd_ps(f1, _mm512_set1_ps(a1[m]), x);
+          x = _mm512_fmadd_ps(f2, _mm512_set1_ps(a2[m]), x);
+          acc[g][m] = _mm512_fmadd_ps(f3, _mm512_set1_ps(a3[m]), x);
+        }
+      }
+    }
     for (int g = 0; g < NG; g++) {
-      const uint8_t* v = grp[g] + size_t(j) * 64;
-      _mm_prefetch(reinterpret_cast<const char*>(v + kBf16PackPrefetch), _MM_HINT_T0);
-      const __m512i w = _mm512_load_si512(v);
-      const __m512 even = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
-      const __m512 odd = _mm512_castsi512_ps(_mm512_and_si512(w, high));
-#pragma GCC unroll 16
-      for (int m = 0; m < MR; m++) acc[g][m] = _mm512_fmadd_ps(even, _mm512_set1_ps(a0[m]), acc[g][m]);
-#pragma GCC unroll 16
-      for (int m = 0; m < MR; m++) acc[g][m] = _mm512_fmadd_ps(odd, _mm512_set1_ps(a1[m]), acc[g][m]);
+      const __m512 scale = _mm512_loadu_ps(p.row_scale.data() + e * p.N + 16 * (g0 + g));
+      for (int m = 0; m < MR; m++)
+        _mm512_storeu_ps(out + m * ldc + 16 * (g0 + g), _mm512_mul_ps(acc[g][m], scale));
     }
   }
-  for (int g = 0; g < NG; g++)
-    for (int m = 0; m < MR; m++) _mm512_storeu_ps(out + m * ldc + 16 * (g0 + g), acc[g][m]);
 }
 
 // Groups [g0, g1) for MR rows: NG at a time, the rest one by one.
-template <int NG, int MR>
-void bf16_packed_run(float* out, int64_t ldc, const float* at, int64_t ldt, const DecodePack& p, int64_t e,
-                     int64_t g0, int64_t g1) {
+template <DType F, int NG, int MR>
+void float_packed_run(float* out, int64_t ldc, const float* at, int64_t ldt, const DecodePack& p, int64_t e,
+                      int64_t g0, int64_t g1) {
   int64_t g = g0;
-  for (; g + NG <= g1; g += NG) bf16_packed_groups<NG, MR>(out, ldc, at, ldt, p, e, g);
-  for (; g < g1; g++) bf16_packed_groups<1, MR>(out, ldc, at, ldt, p, e, g);
+  for (; g + NG <= g1; g += NG) float_packed_groups<F, NG, MR>(out, ldc, at, ldt, p, e, g);
+  for (; g < g1; g++) float_packed_groups<F, 1, MR>(out, ldc, at, ldt, p, e, g);
 }
 
 // Columns [n0, n1) (multiples of 16) of out[M, N] for the M activation rows of `at` ([K, M], transposed),
-// expert e. Rows go in blocks of 16, 8, 4, 2 and 1 (16 accumulators each: 1, 2, 4, 8 and 8 groups side by
-// side); with several blocks, the columns go in slices of 8 groups (a few hundred KB) that every block
-// after the first finds in L2.
-void bf16_packed_tile(float* out, int64_t ldc, const float* at, int64_t M, const DecodePack& p, int64_t e,
-                      int64_t n0, int64_t n1) {
-  const bool one_pass = M <= 16 && (M & (M - 1)) == 0;  // 1, 2, 4, 8 or 16 rows
+// expert e. BF16 rows go in blocks of 16, 8, 4, 2 and 1 (16 accumulators each: 1, 2, 4, 8 and 8 groups side
+// by side). FP8 rows go in blocks of 8 and then one block of the rest (1 to 7 rows, 4, 4, 4, 2, 2, 2 and 2
+// groups): its widening costs more than a row's fmas, so each pass widens the weights once for as many rows
+// as registers allow (3 rows as 2 + 1 ran ~1.5x the conversions). With several blocks, the columns go in
+// slices of 8 groups (a few hundred KB) that every block after the first finds in L2.
+template <DType F>
+void float_packed_tile(float* out, int64_t ldc, const float* at, int64_t M, const DecodePack& p, int64_t e,
+                       int64_t n0, int64_t n1) {
+  const bool one_pass = F == DType::BF16 ? M <= 16 && (M & (M - 1)) == 0 : M <= 8;  // one block of rows
   const int64_t slice = one_pass ? (n1 - n0) / 16 : 8;
   for (int64_t s0 = n0 / 16; s0 < n1 / 16; s0 += slice) {
     const int64_t s1 = std::min(n1 / 16, s0 + slice);
@@ -955,19 +1015,62 @@ void bf16_packed_tile(float* out, int64_t ldc, const float* at, int64_t M, const
       const int64_t left = M - m;
       float* o = out + m * ldc;
       const float* a = at + m;
-      if (left >= 16) {
-        bf16_packed_run<1, 16>(o, ldc, a, M, p, e, s0, s1), m += 16;
-      } else if (left >= 8) {
-        bf16_packed_run<2, 8>(o, ldc, a, M, p, e, s0, s1), m += 8;
-      } else if (left >= 4) {
-        bf16_packed_run<4, 4>(o, ldc, a, M, p, e, s0, s1), m += 4;
-      } else if (left >= 2) {
-        bf16_packed_run<8, 2>(o, ldc, a, M, p, e, s0, s1), m += 2;
+      if constexpr (F == DType::BF16) {
+        if (left >= 16) {
+          float_packed_run<F, 1, 16>(o, ldc, a, M, p, e, s0, s1), m += 16;
+        } else if (left >= 8) {
+          float_packed_run<F, 2, 8>(o, ldc, a, M, p, e, s0, s1), m += 8;
+        } else if (left >= 4) {
+          float_packed_run<F, 4, 4>(o, ldc, a, M, p, e, s0, s1), m += 4;
+        } else if (left >= 2) {
+          float_packed_run<F, 8, 2>(o, ldc, a, M, p, e, s0, s1), m += 2;
+        } else {
+          float_packed_run<F, 8, 1>(o, ldc, a, M, p, e, s0, s1), m += 1;
+        }
       } else {
-        bf16_packed_run<8, 1>(o, ldc, a, M, p, e, s0, s1), m += 1;
+        switch (std::min<int64_t>(left, 8)) {
+          case 8:
+            float_packed_run<F, 1, 8>(o, ldc, a, M, p, e, s0, s1);
+            break;
+          case 7:
+            float_packed_run<F, 2, 7>(o, ldc, a, M, p, e, s0, s1);
+            break;
+          case 6:
+            float_packed_run<F, 2, 6>(o, ldc, a, M, p, e, s0, s1);
+            break;
+          case 5:
+            float_packed_run<F, 2, 5>(o, ldc, a, M, p, e, s0, s1);
+            break;
+          case 4:
+            float_packed_run<F, 2, 4>(o, ldc, a, M, p, e, s0, s1);
+            break;
+          case 3:
+            float_packed_run<F, 4, 3>(o, ldc, a, M, p, e, s0, s1);
+            break;
+          case 2:
+            float_packed_run<F, 4, 2>(o, ldc, a, M, p, e, s0, s1);
+            break;
+          default:
+            float_packed_run<F, 4, 1>(o, ldc, a, M, p, e, s0, s1);
+            break;
+        }
+        m += std::min<int64_t>(left, 8);
       }
     }
   }
+}
+
+void float_packed_tile_any(float* out, int64_t ldc, const float* at, int64_t M, const DecodePack& p,
+                           int64_t e, int64_t n0, int64_t n1) {
+  if (p.fmt == DType::BF16) return float_packed_tile<DType::BF16>(out, ldc, at, M, p, e, n0, n1);
+  float_packed_tile<DType::F8_E4M3>(out, ldc, at, M, p, e, n0, n1);
+}
+
+// in[M, K] transposed into at[K, M] (a column of activations per element), written in k order (each row's
+// line serves 16 k from L1).
+void transpose_activations(float* at, const float* in, int64_t M, int64_t K) {
+  for (int64_t k = 0; k < K; k++)
+    for (int64_t m = 0; m < M; m++) at[k * M + m] = in[m * K + k];
 }
 
 // Rows [n0, n0 + rows) of expert e dequantized from the pack into out32 or out16 ([rows, K]): bit for bit
@@ -988,7 +1091,16 @@ void dequant_packed_rows(float* out32, uint16_t* out16, const DecodePack& p, int
       const uint8_t* blk = grp + size_t(b) * p.block_bytes;
       __m512 lo, hi;
       float d;
-      if constexpr (F == DType::Q8_0) {
+      if constexpr (F == DType::F8_E4M3) {
+        // The row's 32 codes back in order, then exactly dequant_rows' steps (its NaN lanes included).
+        alignas(32) uint8_t codes[32];
+        for (int q = 0; q < 8; q++) {
+          std::memcpy(codes + 4 * q, blk + q * 64 + 2 * lane, 2);
+          std::memcpy(codes + 4 * q + 2, blk + q * 64 + 32 + 2 * lane, 2);
+        }
+        load_block<F>(codes, 0, &lo, &hi);
+        d = 1.0f * p.row_scale[size_t(e * p.N + n)];
+      } else if constexpr (F == DType::Q8_0) {
         // The row's 8 dwords (4 elements each), one per 64-byte vector; back from u8 = w + 128 to int8.
         const __m256i v = _mm256_xor_si256(
             _mm256_i32gather_epi32(reinterpret_cast<const int*>(blk + 4 * lane), q_offsets, 1),
@@ -1334,11 +1446,13 @@ void dequant_tile(float* out32, uint16_t* out16, const Tensor& W, int64_t expert
     float* o32 = out32 ? out32 + r0 * w.K : nullptr;
     uint16_t* o16 = out16 ? out16 + r0 * w.K : nullptr;
 #if defined(ZAYA_DECODE_VNNI)
-    if (const DecodePack* p = int8_pack_of(W)) {
+    if (const DecodePack* p = W.dtype != DType::BF16 ? decode_pack_of(W) : nullptr) {
       if (p->fmt == DType::Q8_0)
         dequant_packed_rows<DType::Q8_0>(o32, o16, *p, expert, n0 + r0, nr);
-      else
+      else if (p->fmt == DType::MXFP4)
         dequant_packed_rows<DType::MXFP4>(o32, o16, *p, expert, n0 + r0, nr);
+      else
+        dequant_packed_rows<DType::F8_E4M3>(o32, o16, *p, expert, n0 + r0, nr);
       continue;
     }
 #endif
@@ -1550,18 +1664,37 @@ void quantize_activations(ActQ8* out, const float* in, int64_t M, int64_t K) {
 
 void pack_for_decode(Tensor& W, bool release_source) {
 #if defined(ZAYA_DECODE_VNNI)
-  const bool bf16 = W.dtype == DType::BF16;
-  if (W.decode_pack || (W.dtype != DType::Q8_0 && W.dtype != DType::MXFP4 && !bf16)) return;
+  const bool bf16 = W.dtype == DType::BF16, fp8 = W.dtype == DType::F8_E4M3;
+  if (W.decode_pack || (W.dtype != DType::Q8_0 && W.dtype != DType::MXFP4 && !bf16 && !fp8)) return;
   if (W.ndim() != 2 && (bf16 || W.ndim() != 3)) return;
   if (!bf16) check_quantized(W, "pack_for_decode");
   const int64_t N = W.dim(-2), K = W.dim(-1), E = W.ndim() == 3 ? W.dim(0) : 1;
   if (N % 16 != 0 || K % 32 != 0) return;
+  if (fp8) {
+    // e4m3 NaN codes (S.1111.111) would widen to ±1.875 · 2^8 in the packed kernel: such a matrix keeps the
+    // streaming kernel, which gives them their NaN. Per-row scales only (weight_scale [E, N, 1]).
+    if (W.scales->shape.back() != 1) return;
+    const auto* q = static_cast<const uint8_t*>(W.data);
+    const size_t n = W.nbytes();
+    bool nan = false;
+#pragma omp parallel for schedule(static) num_threads(threads_here()) reduction(|| : nan) if (n > (1 << 20))
+    for (size_t i = 0; i < n; i++) nan = nan || (q[i] & 0x7F) == 0x7F;
+    if (nan) return;
+  }
   // A BF16 matrix keeps its own pages: prefill's GEMM reads them.
   if (bf16) release_source = false;
   auto p = std::make_shared<DecodePack>();
   p->fmt = W.dtype;
   p->E = E, p->N = N, p->K = K, p->nb = K / 32;
-  p->block_bytes = W.dtype == DType::Q8_0 ? kQ8PackBlock : bf16 ? kBf16PackBlock : kFp4PackBlock;
+  p->block_bytes = W.dtype == DType::Q8_0 ? kQ8PackBlock
+                   : bf16                 ? kBf16PackBlock
+                   : fp8                  ? kFp8PackBlock
+                                          : kFp4PackBlock;
+  if (fp8) {
+    p->row_scale.resize(size_t(E * N));
+    const float* s = W.scales->f32();
+    for (int64_t i = 0; i < E * N; i++) p->row_scale[size_t(i)] = s[i] * 256.0f;
+  }
   const size_t group_bytes = size_t(p->nb) * p->block_bytes;
   const size_t bytes = size_t(E) * size_t(N / 16) * group_bytes;
   p->mem = huge_alloc_shared(bytes);  // decode streams the pack: 2 MiB pages (core/tensor.h)
@@ -1636,6 +1769,20 @@ bool bf16_decode_pack_wanted() {
   return wanted;
 }
 
+bool fp8_decode_pack_wanted() {
+  static const bool wanted = [] {
+#if defined(ZAYA_DECODE_VNNI)
+    const char* env = std::getenv("ZAYA_FP8_PACK");
+    if (env && std::strcmp(env, "0") == 0) return false;  // as ZAYA_BF16_PACK
+    if (env && std::strcmp(env, "1") == 0) return true;
+    return !cpu_fast_bf16_dot();
+#else
+    return false;
+#endif
+  }();
+  return wanted;
+}
+
 bool has_decode_pack(const Tensor& W) {
   return W.decode_pack != nullptr;
 }
@@ -1669,19 +1816,18 @@ void quant_linear_forward_with(QuantPath path, float* out, int64_t ldc, const fl
 #endif
   }
 #if defined(ZAYA_DECODE_VNNI)
-  if (const DecodePack* p = path == QuantPath::Stream ? bf16_pack_of(W) : nullptr) {
-    // The activations transposed ([K, M]: a column of them per element pair); one row is its own transpose.
+  if (const DecodePack* p = path == QuantPath::Stream ? float_pack_of(W) : nullptr) {
+    // The activations transposed ([K, M]); one row is its own transpose.
     thread_local std::vector<float> at_here;  // the calling thread's (see below)
     const float* at = in;
     if (M > 1) {
       at_here.resize(size_t(M * w.K));
-      for (int64_t k = 0; k < w.K; k++)  // sequential writes; each row's line serves 16 k from L1
-        for (int64_t m = 0; m < M; m++) at_here[size_t(k * M + m)] = in[m * w.K + k];
+      transpose_activations(at_here.data(), in, M, w.K);
       at = at_here.data();
     }
     const std::vector<Tile> tiles = matrix_tiles(w.N);
     run_tiles(tiles, size_t(w.N) * w.row_bytes,
-              [&](const Tile& t) { bf16_packed_tile(out, ldc, at, M, *p, 0, t.n0, t.n1); });
+              [&](const Tile& t) { float_packed_tile_any(out, ldc, at, M, *p, 0, t.n0, t.n1); });
     return;
   }
   if (const DecodePack* p =
@@ -1739,6 +1885,24 @@ void quant_grouped_linear_forward(float* out, const float* in, const Tensor& W, 
     }
   }
   if (streamed.empty()) return;
+#if defined(ZAYA_DECODE_VNNI)
+  if (const DecodePack* p = float_pack_of(W)) {
+    // Each expert's rows transposed ([K, rows] at r0 · K); one row is its own transpose.
+    thread_local std::vector<float> at_here;  // the calling thread's (see quant_linear_forward_with)
+    at_here.resize(size_t(T * K));
+    for (int64_t e : streamed) {
+      const int64_t r0 = offsets[e], rows = offsets[e + 1] - r0;
+      transpose_activations(at_here.data() + r0 * K, in + r0 * K, rows, K);
+    }
+    const float* at = at_here.data();
+    const std::vector<Tile> tiles = expert_tiles(streamed, N);
+    run_tiles(tiles, streamed.size() * size_t(N) * dtype_row_bytes(W.dtype, K), [&](const Tile& t) {
+      const int64_t r0 = offsets[t.expert], rows = offsets[t.expert + 1] - r0;
+      float_packed_tile_any(out + r0 * N, N, at + r0 * K, rows, *p, t.expert, t.n0, t.n1);
+    });
+    return;
+  }
+#endif
   // BF16 / FP8 experts: those with enough rows on the bf16 dot kernel, the others on the fp32 one, all in
   // one parallel loop.
   bool any_dot = false;

@@ -65,6 +65,13 @@ void quant_grouped_linear_forward(float* out, const float* in, const Tensor& W, 
 // weights, which meet broadcast fp32 activations (lanes over output columns, one chain of fmas per output
 // over k in order: batch invariant, fp32 rounding only). BF16 sources are never released: prefill's GEMM
 // reads them.
+//
+// FP8 (e4m3) weights with per-row scales, 2-D or 3-D, are packed likewise: per block of 32 eight 64-byte
+// vectors, vector q holding elements (4q, 4q + 1) of each of the 16 rows as one word, then (4q + 2, 4q + 3);
+// the rows' scales (times 2^8) beside the pack. The FP8 packed kernel widens each byte to the fp16 of its
+// value times 2^-8 (three integer ops per 32 elements) and then to fp32, exactly, and runs as the bf16 one
+// (one fma chain per output over k in order; the row scale multiplies the sum). A matrix with e4m3 NaN codes
+// is not packed. FP8 sources are released like Q8_0 ones (prefill dequantizes from the pack, bit for bit).
 void pack_for_decode(Tensor& W, bool release_source = false);
 bool has_decode_pack(const Tensor& W);
 
@@ -73,6 +80,10 @@ bool has_decode_pack(const Tensor& W);
 // decode, and the packed one ran 16-row products 1.7x faster than the streaming one, bench/quant_gemm_bench).
 // ZAYA_BF16_PACK=0 / 1 overrides (benchmarks compare both); read once.
 bool bf16_decode_pack_wanted();
+// Whether a loaded model should pack its FP8 matrices, experts included (pack_for_decode; the source pages
+// are released, prefill dequantizes from the pack): as bf16_decode_pack_wanted, for the FP8 packed kernel
+// (the bf16 dot kernel takes FP8 where vdpbf16ps is fast). ZAYA_FP8_PACK=0 / 1 overrides; read once.
+bool fp8_decode_pack_wanted();
 
 // Activations as the VNNI kernel uses them: q[M, K] int8, d[M, K / 32] the block scales (a ≈ q · d).
 struct ActQ8 {

@@ -372,13 +372,18 @@ void move_mapped_to_huge_pages(Tensor& t) {
 }
 
 void pack_decode_weights(ZayaWeights& w, bool release_source) {
-  const bool bf16_packs = bf16_decode_pack_wanted();  // BF16 dense matrices (3-D experts are never packed)
+  // BF16 dense matrices (3-D experts are never packed) and FP8 ones where their packed kernels serve decode.
+  auto wanted = [](const Tensor& t) {
+    if (t.dtype == DType::BF16) return bf16_decode_pack_wanted();
+    if (t.dtype == DType::F8_E4M3) return fp8_decode_pack_wanted();
+    return true;
+  };
   for (ZayaLayerWeights& l : w.layers) {
     for (Tensor* t : {&l.qkv, &l.o_proj, &l.router_down, &l.router_fc1, &l.router_fc2, &l.router_out,
                       &l.experts_gate_up, &l.experts_down})
-      if (t->dtype != DType::BF16 || bf16_packs) pack_for_decode(*t, release_source);
+      if (wanted(*t)) pack_for_decode(*t, release_source);
   }
-  if (w.lm_head.dtype != DType::BF16 || bf16_packs) pack_for_decode(w.lm_head, release_source);
+  if (wanted(w.lm_head)) pack_for_decode(w.lm_head, release_source);
 }
 
 void fuse_qkv(const ZayaConfig& c, ZayaWeights& w) {
