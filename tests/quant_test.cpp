@@ -490,6 +490,8 @@ TEST(QuantGemm, Bf16DotRejectsOtherFormats) {
 constexpr DType kPacked[] = {DType::Q8_0, DType::MXFP4};
 // Every format pack_for_decode packs whose source a loaded model releases (prefill reads the pack).
 constexpr DType kReleasedPacked[] = {DType::Q8_0, DType::MXFP4, DType::F8_E4M3};
+// Every format pack_for_decode packs as 3-D experts.
+constexpr DType kExpertPacked[] = {DType::Q8_0, DType::MXFP4, DType::F8_E4M3, DType::BF16};
 
 // W quantized and packed for the VNNI kernel; skips the test on CPUs without AVX512-VNNI (no pack made).
 #define PACKED_OR_SKIP(W) \
@@ -660,7 +662,7 @@ TEST(QuantGemm, PackedIsBatchInvariant) {
 
 // Experts: packed grouped rows equal the packed single-matrix product of their expert, bitwise.
 TEST(QuantGemm, PackedGroupedEqualsPerExpert) {
-  for (DType f : kReleasedPacked) {
+  for (DType f : kExpertPacked) {
     const int64_t E = 5, N = 48, K = 128;
     Tensor W = weight_in(f, {E, N, K}, 51);
     PACKED_OR_SKIP(W);
@@ -700,6 +702,27 @@ TEST(QuantGemm, PackedPrefillEqualsUnpacked) {
       EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * 4))
           << quant_scheme_name(f) << " " << dtype_name(tile);
     }
+  }
+}
+
+// BF16 experts with a pack read only the pack (a loaded model releases their pages): decode's streamed rows
+// and prefill's many rows (bf16 tiles unpacked for the GEMM) give bitwise what the unpacked experts give
+// on the same bf16 GEMM, in a decode-sized call (60 rows) and a larger one (the grouped GEMM path unpacked).
+TEST(QuantGemm, PackedBf16ExpertsPrefillEqualsUnpacked) {
+  const int64_t E = 3, N = 48, K = 128;
+  Tensor W = weight_in(DType::BF16, {E, N, K}, 73);
+  Tensor Wp = W;
+  PACKED_OR_SKIP(Wp);
+  for (const std::vector<int64_t>& counts :
+       {std::vector<int64_t>{40, 0, 20}, std::vector<int64_t>{40, 0, 90}}) {
+    std::vector<int64_t> offsets{0};
+    for (int64_t c : counts) offsets.push_back(offsets.back() + c);
+    const int64_t T = offsets.back();
+    Tensor a = random_f32({T, K}, 74);
+    std::vector<float> want(size_t(T * N)), got(size_t(T * N), NAN);
+    grouped_linear_forward(want.data(), a.f32(), W, offsets.data(), E);
+    grouped_linear_forward(got.data(), a.f32(), Wp, offsets.data(), E);
+    EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * 4)) << "T=" << T;
   }
 }
 

@@ -89,10 +89,12 @@ void grouped_linear_forward_with(GroupedSchedule schedule, GemmBackend backend, 
 
 void grouped_linear_forward(float* out, const float* in, const Tensor& W, const int64_t* offsets, int64_t E,
                             DType quant_tile) {
-  // Quantized experts, and bf16 ones in a decode-sized call (few rows an expert: streamed, all experts'
-  // tiles in one parallel loop), go through the weight-streaming kernels.
-  if (is_quantized(W.dtype) || (W.dtype == DType::BF16 && W.ndim() == 3 && offsets != nullptr &&
-                                !gemm_batch_invariant() && offsets[E] <= 4 * kQuantStreamMaxRows))
+  // Quantized experts, bf16 ones with a decode pack (their source pages are released: every call reads
+  // the pack), and bf16 ones in a decode-sized call (few rows an expert: streamed, all experts' tiles in one
+  // parallel loop), go through the weight-streaming kernels.
+  if (is_quantized(W.dtype) || (W.dtype == DType::BF16 && W.ndim() == 3 && has_decode_pack(W)) ||
+      (W.dtype == DType::BF16 && W.ndim() == 3 && offsets != nullptr && !gemm_batch_invariant() &&
+       offsets[E] <= 4 * kQuantStreamMaxRows))
     return quant_grouped_linear_forward(out, in, W, offsets, E, quant_tile);
   grouped_linear_forward_with(GroupedSchedule::Auto, GemmBackend::Auto, out, in, W, offsets, E);
 }

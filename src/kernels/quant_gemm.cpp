@@ -1084,11 +1084,28 @@ void dequant_packed_rows(float* out32, uint16_t* out16, const DecodePack& p, int
   const __m128i p_offsets = _mm_setr_epi32(0, 64, 128, 192);
   const __m512 table = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f, -1.0f,
                                       -1.5f, -2.0f, -3.0f, -4.0f, -6.0f);
+  const __m512i pair_offsets =
+      _mm512_setr_epi32(0, 64, 128, 192, 256, 320, 384, 448, 512, 576, 640, 704, 768, 832, 896, 960);
   for (int64_t r = 0; r < rows; r++) {
     const int64_t n = n0 + r, lane = n % 16;
     const uint8_t* grp = p.group(e, n / 16);
     for (int64_t b = 0; b < p.nb; b++) {
       const uint8_t* blk = grp + size_t(b) * p.block_bytes;
+      if constexpr (F == DType::BF16) {
+        // The row's 16 element pairs, one dword per 64-byte vector: the 32 bf16 values in order.
+        const __m512i v =
+            _mm512_i32gather_epi32(pair_offsets, reinterpret_cast<const int*>(blk + 4 * lane), 1);
+        const int64_t at = r * K + b * 32;
+        if (out16) {
+          _mm512_storeu_si512(out16 + at, v);
+        } else {
+          const __m512i lo = _mm512_cvtepu16_epi32(_mm512_castsi512_si256(v));
+          const __m512i hi = _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(v, 1));
+          _mm512_storeu_ps(out32 + at, _mm512_castsi512_ps(_mm512_slli_epi32(lo, 16)));
+          _mm512_storeu_ps(out32 + at + 16, _mm512_castsi512_ps(_mm512_slli_epi32(hi, 16)));
+        }
+        continue;
+      }
       __m512 lo, hi;
       float d;
       if constexpr (F == DType::F8_E4M3) {
@@ -1446,8 +1463,10 @@ void dequant_tile(float* out32, uint16_t* out16, const Tensor& W, int64_t expert
     float* o32 = out32 ? out32 + r0 * w.K : nullptr;
     uint16_t* o16 = out16 ? out16 + r0 * w.K : nullptr;
 #if defined(ZAYA_DECODE_VNNI)
-    if (const DecodePack* p = W.dtype != DType::BF16 ? decode_pack_of(W) : nullptr) {
-      if (p->fmt == DType::Q8_0)
+    if (const DecodePack* p = decode_pack_of(W)) {
+      if (p->fmt == DType::BF16)
+        dequant_packed_rows<DType::BF16>(o32, o16, *p, expert, n0 + r0, nr);
+      else if (p->fmt == DType::Q8_0)
         dequant_packed_rows<DType::Q8_0>(o32, o16, *p, expert, n0 + r0, nr);
       else if (p->fmt == DType::MXFP4)
         dequant_packed_rows<DType::MXFP4>(o32, o16, *p, expert, n0 + r0, nr);
@@ -1507,9 +1526,14 @@ void dequant_gemm(float* out, int64_t ldc, const float* in, int64_t M, const Ten
   }
 }
 
-// Many rows: a bf16 weight goes to gemm() as it is, a quantized one through dequantized tiles.
+// Many rows: a bf16 weight goes to gemm() as it is, a quantized one through dequantized tiles; so does a
+// packed 3-D bf16 one (its source pages are released: pack_for_decode), into bf16 tiles, the same values.
 void many_rows(float* out, int64_t ldc, const float* in, int64_t M, const Tensor& W, int64_t expert,
                DType tile) {
+  if (W.dtype == DType::BF16 && W.ndim() == 3 && W.decode_pack) {
+    dequant_gemm(out, ldc, in, M, W, expert, DType::BF16);
+    return;
+  }
   if (W.dtype == DType::BF16) {
     const int64_t N = W.dim(-2), K = W.dim(-1);
     MatRef b{static_cast<const uint16_t*>(W.data) + expert * N * K, DType::BF16, K, /*trans=*/true};
@@ -1666,7 +1690,7 @@ void pack_for_decode(Tensor& W, bool release_source) {
 #if defined(ZAYA_DECODE_VNNI)
   const bool bf16 = W.dtype == DType::BF16, fp8 = W.dtype == DType::F8_E4M3;
   if (W.decode_pack || (W.dtype != DType::Q8_0 && W.dtype != DType::MXFP4 && !bf16 && !fp8)) return;
-  if (W.ndim() != 2 && (bf16 || W.ndim() != 3)) return;
+  if (W.ndim() != 2 && W.ndim() != 3) return;
   if (!bf16) check_quantized(W, "pack_for_decode");
   const int64_t N = W.dim(-2), K = W.dim(-1), E = W.ndim() == 3 ? W.dim(0) : 1;
   if (N % 16 != 0 || K % 32 != 0) return;
@@ -1681,8 +1705,9 @@ void pack_for_decode(Tensor& W, bool release_source) {
     for (size_t i = 0; i < n; i++) nan = nan || (q[i] & 0x7F) == 0x7F;
     if (nan) return;
   }
-  // A BF16 matrix keeps its own pages: prefill's GEMM reads them.
-  if (bf16) release_source = false;
+  // A 2-D BF16 matrix keeps its own pages: prefill's GEMM reads them (and a tied embedding its rows). 3-D
+  // experts are read through the pack only (quant_grouped_linear_forward; many_rows unpacks bf16 tiles).
+  if (bf16 && W.ndim() == 2) release_source = false;
   auto p = std::make_shared<DecodePack>();
   p->fmt = W.dtype;
   p->E = E, p->N = N, p->K = K, p->nb = K / 32;

@@ -59,12 +59,13 @@ void quant_grouped_linear_forward(float* out, const float* in, const Tensor& W, 
 // from the file if anything touched them). Decode and prefill both read the pack then, so a loaded quantized
 // model holds its quantized weights once, not twice.
 //
-// BF16 2-D weights are packed too (builds with the VNNI kernel, N a multiple of 16, K of 32): groups of 16
+// BF16 weights are packed too (builds with the VNNI kernel, N a multiple of 16, K of 32): groups of 16
 // rows, per block of 32 sixteen 64-byte vectors, vector j holding elements (2j, 2j + 1) of each of the 16
 // rows as one dword. With it, decode's products take the bf16 packed kernel: one shift or one and widens 16
 // weights, which meet broadcast fp32 activations (lanes over output columns, one chain of fmas per output
-// over k in order: batch invariant, fp32 rounding only). BF16 sources are never released: prefill's GEMM
-// reads them.
+// over k in order: batch invariant, fp32 rounding only). 2-D BF16 sources are never released: prefill's
+// GEMM reads them. 3-D (expert) ones are: every grouped call on packed BF16 experts reads the pack (prefill
+// unpacks bf16 tiles for its GEMM, the same values), so ZAYA1-8B's 16 GB of bf16 experts are held once.
 //
 // FP8 (e4m3) weights with per-row scales, 2-D or 3-D, are packed likewise: per block of 32 eight 64-byte
 // vectors, vector q holding elements (4q, 4q + 1) of each of the 16 rows as one word, then (4q + 2, 4q + 3);
@@ -75,10 +76,10 @@ void quant_grouped_linear_forward(float* out, const float* in, const Tensor& W, 
 void pack_for_decode(Tensor& W, bool release_source = false);
 bool has_decode_pack(const Tensor& W);
 
-// Whether a loaded model should pack its BF16 dense matrices (pack_for_decode): a build with the packed
-// kernels, on a CPU where vdpbf16ps is slow (cpu_fast_bf16_dot false: there the fp32 kernels carry bf16
-// decode, and the packed one ran 16-row products 1.7x faster than the streaming one, bench/quant_gemm_bench).
-// ZAYA_BF16_PACK=0 / 1 overrides (benchmarks compare both); read once.
+// Whether a loaded model should pack its BF16 matrices, experts included (pack_for_decode): a build with the
+// packed kernels, on a CPU where vdpbf16ps is slow (cpu_fast_bf16_dot false: there the fp32 kernels carry
+// bf16 decode, and the packed one ran 16-row products 1.7x faster than the streaming one,
+// bench/quant_gemm_bench). ZAYA_BF16_PACK=0 / 1 overrides (benchmarks compare both); read once.
 bool bf16_decode_pack_wanted();
 // Whether a loaded model should pack its FP8 matrices, experts included (pack_for_decode; the source pages
 // are released, prefill dequantizes from the pack): as bf16_decode_pack_wanted, for the FP8 packed kernel

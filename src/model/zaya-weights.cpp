@@ -372,7 +372,7 @@ void move_mapped_to_huge_pages(Tensor& t) {
 }
 
 void pack_decode_weights(ZayaWeights& w, bool release_source) {
-  // BF16 dense matrices (3-D experts are never packed) and FP8 ones where their packed kernels serve decode.
+  // BF16 and FP8 matrices where their packed kernels serve decode.
   auto wanted = [](const Tensor& t) {
     if (t.dtype == DType::BF16) return bf16_decode_pack_wanted();
     if (t.dtype == DType::F8_E4M3) return fp8_decode_pack_wanted();
