@@ -187,13 +187,14 @@ TEST(QuantCheckpoint, NoMmapMovesMappedMatricesAndKeepsTheLogits) {
     for (size_t i = 0; i < pm.size(); i++)
       EXPECT_EQ(has_decode_pack(*pm[i].slot), has_decode_pack(*pc[i].slot)) << c.dir << ": " << pm[i].name;
     EXPECT_EQ(has_decode_pack(mapped.w.lm_head), has_decode_pack(copied.w.lm_head)) << c.dir << ": lm_head";
-    // BF16 dense matrices get the bf16 decode pack where the CPU wants it (whole groups of 16 rows, blocks of
-    // 32), and nowhere else.
-    for (const Tensor* t : {&copied.w.layers[0].qkv, &copied.w.layers[0].o_proj, &copied.w.lm_head}) {
-      if (t->dtype != DType::BF16) continue;
+    // BF16 and FP8 matrices, experts included, get their float decode pack where the CPU wants it (whole
+    // groups of 16 rows, blocks of 32), and nowhere else.
+    const ZayaLayerWeights& l0 = copied.w.layers[0];
+    for (const Tensor* t : {&l0.qkv, &l0.o_proj, &l0.experts_gate_up, &l0.experts_down, &copied.w.lm_head}) {
+      if (t->dtype != DType::BF16 && t->dtype != DType::F8_E4M3) continue;
       const bool fits = t->dim(-2) % 16 == 0 && t->dim(-1) % 32 == 0;
-      EXPECT_EQ(has_decode_pack(*t), fits && bf16_decode_pack_wanted())
-          << c.dir << ": " << shape_str(t->shape);
+      const bool wanted = t->dtype == DType::BF16 ? bf16_decode_pack_wanted() : fp8_decode_pack_wanted();
+      EXPECT_EQ(has_decode_pack(*t), fits && wanted) << c.dir << ": " << shape_str(t->shape);
     }
     std::vector<float> logits[2];
     for (int i = 0; i < 2; i++) {
