@@ -339,6 +339,12 @@ TEST(KernelsFd, PartialRope) {
     std::vector<float> g = r;
     rope_apply_inverse(g.data(), pos, r_dim, inv.data());
     fd_check("x, rotary_dim " + std::to_string(r_dim), x, g, f);
+    // The two-step form (angles once per position, then each head) is rope_apply bit for bit.
+    std::vector<float> one = x, two = x, cs(r_dim / 2), sn(r_dim / 2);
+    rope_apply(one.data(), pos, r_dim, inv.data());
+    rope_angles(cs.data(), sn.data(), pos, r_dim, inv.data());
+    rope_rotate(two.data(), cs.data(), sn.data(), r_dim);
+    EXPECT_EQ(0, std::memcmp(one.data(), two.data(), d * sizeof(float))) << r_dim;
   }
 }
 

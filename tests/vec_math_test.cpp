@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -67,6 +68,35 @@ TEST(VecMath, DotMatchesDoubleSum) {
     }
     const float got = dot_f32(x.data(), y.data(), n);
     EXPECT_LE(std::fabs(got - want), 1e-6 * mag + 1e-30) << n;  // NaN fails too
+  }
+}
+
+// dot_f32_many is dot_f32, bit for bit, for every count of dots (8, 4, 2 side by side and the rest one by
+// one) and length (tails included), rows at a stride; a NaN in one row stays in that row.
+TEST(VecMath, DotManyEqualsDotBitwise) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (int64_t n : {1, 15, 16, 37, 256}) {
+    const int64_t ld = n + 3;
+    for (int64_t m = 1; m <= 19; m++) {
+      std::vector<float> x(n), ys(size_t(m * ld));
+      for (auto& v : x) v = nd(rng);
+      for (auto& v : ys) v = nd(rng);
+      if (m == 13) ys[size_t(5 * ld + n / 2)] = NAN;
+      std::vector<float> got(size_t(m), 0.f);
+      dot_f32_many(got.data(), x.data(), ys.data(), ld, m, n);
+      for (int64_t j = 0; j < m; j++) {
+        const float want = dot_f32(x.data(), ys.data() + j * ld, n);
+        if (m == 13 && j == 5) {
+          EXPECT_TRUE(std::isnan(got[size_t(j)]));
+          continue;
+        }
+        uint32_t a, b;
+        std::memcpy(&a, &want, 4);
+        std::memcpy(&b, &got[size_t(j)], 4);
+        EXPECT_EQ(a, b) << "n=" << n << " m=" << m << " j=" << j;
+      }
+    }
   }
 }
 

@@ -1,5 +1,6 @@
 #include "kernels/cca.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -44,9 +45,13 @@ void cca_grouped_taps_forward(float* out, const float* taps, const float* w1, co
     // read once per call, however many sequences share it.
 #pragma omp parallel for schedule(static) if (T * C * K > (int64_t(1) << 17))
     for (int64_t g = 0; g < groups; g++) {
+      float s[8];
       for (int64_t o = g * d; o < (g + 1) * d; o++)
-        for (int64_t t = 0; t < T; t++)
-          out[t * C + o] = b1[o] + dot_f32(w1 + o * K, taps + (t * groups + g) * K, K);
+        for (int64_t t0 = 0; t0 < T; t0 += 8) {  // dot_f32's bits, 8 positions' chains side by side
+          const int64_t nt = std::min<int64_t>(8, T - t0);
+          dot_f32_many(s, w1 + o * K, taps + (t0 * groups + g) * K, groups * K, nt, K);
+          for (int64_t t = 0; t < nt; t++) out[(t0 + t) * C + o] = b1[o] + s[t];
+        }
     }
     return;
   }
@@ -113,12 +118,30 @@ void rope_inv_freq(float* inv_freq, int64_t r, double theta) {
   }
 }
 
+void rope_angles(float* cos_out, float* sin_out, int64_t pos, int64_t r, const float* inv_freq) {
+  for (int64_t i = 0; i < r / 2; i++) {
+    const float phi = float(pos) * inv_freq[i];
+    cos_out[i] = std::cos(phi);
+    sin_out[i] = std::sin(phi);
+  }
+}
+
+void rope_rotate(float* x, const float* cos_in, const float* sin_in, int64_t r) {
+  const int64_t half = r / 2;
+  for (int64_t i = 0; i < half; i++) {
+    const float c = cos_in[i], s = sin_in[i];
+    const float a = x[i], b = x[i + half];
+    x[i] = a * c - b * s;
+    x[i + half] = b * c + a * s;
+  }
+}
+
 void rope_apply(float* x, int64_t pos, int64_t r, const float* inv_freq) {
   const int64_t half = r / 2;
   for (int64_t i = 0; i < half; i++) {
-    float phi = float(pos) * inv_freq[i];
-    float c = std::cos(phi), s = std::sin(phi);
-    float a = x[i], b = x[i + half];
+    const float phi = float(pos) * inv_freq[i];
+    const float c = std::cos(phi), s = std::sin(phi);
+    const float a = x[i], b = x[i + half];
     x[i] = a * c - b * s;
     x[i + half] = b * c + a * s;
   }
@@ -136,7 +159,12 @@ void cca_qk_forward(float* conv, const float* raw, const float* temp, const int6
   for (int64_t t = 0; t < S; t++) {
     float* row = conv + t * C;
     const float* u = raw + t * C;
-    std::vector<float> qr(Hq * d);
+    thread_local std::vector<float> qr, cs, sn;
+    qr.resize(size_t(Hq * d));
+    // The position's rotation, once for all its Hq + Hk heads.
+    cs.resize(size_t(rotary_dim / 2 + 1));
+    sn.resize(size_t(rotary_dim / 2 + 1));
+    rope_angles(cs.data(), sn.data(), positions[t], rotary_dim, inv_freq.data());
     // (c) Qr[h] = ½(Q0[h] + K0[κ(h)]); Kr[j] = mean of Qr over the group of j.
     for (int64_t h = 0; h < Hq; h++) {
       const float* q0 = u + h * d;
@@ -163,7 +191,7 @@ void cca_qk_forward(float* conv, const float* raw, const float* temp, const int6
       float scale = sqrt_d / std::max(n, eps_q);
       if (h >= Hq) scale *= temp[h - Hq];
       for (int64_t i = 0; i < d; i++) v[i] *= scale;
-      rope_apply(v, positions[t], rotary_dim, inv_freq.data());
+      rope_rotate(v, cs.data(), sn.data(), rotary_dim);
     }
   }
 }

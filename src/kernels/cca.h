@@ -48,6 +48,10 @@ void cca_qk_forward(float* conv, const float* raw, const float* temp, const int6
 
 // RoPE on one head vector x[d] at position pos (partial NeoX pairs (i, i + r/2), i < r/2).
 void rope_apply(float* x, int64_t pos, int64_t rotary_dim, const float* inv_freq);
+// The same in two steps, for many heads at one position: the angles' cos / sin [r/2] (fp32 cos and sin of
+// float(pos) · inv_freq[i], as rope_apply), then the rotation of one head vector with them (the same bits).
+void rope_angles(float* cos_out, float* sin_out, int64_t pos, int64_t rotary_dim, const float* inv_freq);
+void rope_rotate(float* x, const float* cos_in, const float* sin_in, int64_t rotary_dim);
 // inv_freq[r/2] = theta^(-2i/r), computed in fp32 as the reference does.
 void rope_inv_freq(float* inv_freq, int64_t rotary_dim, double theta);
 

@@ -55,7 +55,9 @@ void gelu_forward(float* x, int64_t n) {
 
 void swiglu_forward(float* out, const float* gate_up, int64_t N, int64_t I) {
   ZAYA_PROFILE_SCOPE("swiglu");
-#pragma omp parallel for schedule(static) if (N * I > 65536)
+  // Threaded from a few rows on: a batch-16 decode step of ZAYA1-8B (16 x 2048, scalar expf) took 0.1 ms a
+  // layer on one thread.
+#pragma omp parallel for schedule(static) if (N * I > 8192)
   for (int64_t n = 0; n < N; n++) {
     const float* a = gate_up + n * 2 * I;
     const float* b = a + I;

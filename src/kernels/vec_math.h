@@ -1,7 +1,7 @@
 // Vectorised row primitives for softmax-like loops (cross-entropy, attention): max, exp with a shift and a
-// double-precision sum, scaling, dot products. AVX-512 when the build targets it, AVX2 (8-lane vectors with the
-// AVX-512 path's lane chains and reduction trees: the same bits) on CPUs without it, plain loops otherwise; all
-// give the same results to within the exp error below.
+// double-precision sum, scaling, dot products. AVX-512 when the build targets it, AVX2 (8-lane vectors with
+// the AVX-512 path's lane chains and reduction trees: the same bits) on CPUs without it, plain loops
+// otherwise; all give the same results to within the exp error below.
 //
 // exp accuracy: |exp_f32(x) − exp(x)| ≤ 2 ulp of fp32 on [−87, 88] (Cephes polynomial on |r| ≤ ln2/2 after
 // the exact 2^n split; tested in tests/kernels_test.cpp). Inputs below −104 give 0, +inf stays +inf, NaN
@@ -24,6 +24,11 @@ void scale_row(float* x, int64_t n, float s);
 
 // Σ x[i]·y[i] over n floats (16-lane fma chains, then the lanes summed; the tail in order).
 float dot_f32(const float* x, const float* y, int64_t n);
+
+// out[j] = dot_f32(x, ys + j·ldy, n) for j < m, bit for bit: the same chain and sum per dot, up to 8 of them
+// interleaved (one dot is a single latency-bound chain; the grouped CCA convolution of a decode step runs
+// one per output and sequence).
+void dot_f32_many(float* out, const float* x, const float* ys, int64_t ldy, int64_t m, int64_t n);
 
 // One exp, same polynomial as exp_shift_sum (tests compare it with std::exp).
 float exp_f32(float x);
