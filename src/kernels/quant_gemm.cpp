@@ -1824,7 +1824,11 @@ void quant_linear_forward_with(QuantPath path, float* out, int64_t ldc, const fl
     path = M <= kQuantStreamMaxRows || gemm_batch_invariant() ? QuantPath::Stream : QuantPath::DequantGemm;
   if (path == QuantPath::DequantGemm) return many_rows(out, ldc, in, M, W, 0, tile);
   const QMat w = qmat(W, 0);
-  if (path == QuantPath::Bf16Dot || (path == QuantPath::Stream && takes_bf16_dot(w.fmt, M, w.K, tile))) {
+  // A float pack, where one exists, serves every streamed call: an FP8 matrix's own pages are released once
+  // it is packed, and the packed kernel's fp32 products are the ones a packed model's other calls give.
+  const bool packed = float_pack_of(W) != nullptr;
+  if (path == QuantPath::Bf16Dot ||
+      (path == QuantPath::Stream && !packed && takes_bf16_dot(w.fmt, M, w.K, tile))) {
 #if defined(ZAYA_DECODE_BF16_DOT)
     ZAYA_CHECK(
         (w.fmt == DType::BF16 || w.fmt == DType::F8_E4M3) && w.K % 32 == 0,

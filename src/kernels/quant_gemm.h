@@ -103,8 +103,8 @@ void set_quant_int8_activations(bool on);
 
 // How a call is computed (tests and benchmarks). Auto: Stream up to kQuantStreamMaxRows rows (every M in
 // gemm's batch-invariant mode), DequantGemm above. Stream: the decode kernels as decode picks them (the
-// VNNI kernel over a pack; the bf16 dot kernel for BF16 / FP8 weights when takes it, see below; else the
-// fp32 streaming kernel). StreamF32: the fp32 streaming kernel on W's own layout, always. Bf16Dot: the bf16
+// VNNI kernel over a pack; the float packed kernel over a BF16 / FP8 pack, whatever the CPU; the bf16 dot
+// kernel for unpacked BF16 / FP8 weights when decode takes it, see below; else the fp32 streaming kernel). StreamF32: the fp32 streaming kernel on W's own layout, always. Bf16Dot: the bf16
 // dot kernel, always (BF16 / FP8 weights, K a multiple of 32, a build with AVX512-BF16; an error otherwise).
 // StreamAvx2: the fp32 streaming kernel on 256-bit vectors, which decode takes in builds without AVX-512
 // (AMD Zen 3, older Intel); any AVX2 build runs it here (an error in builds without AVX2 / FMA / F16C).
