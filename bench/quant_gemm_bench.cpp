@@ -5,7 +5,7 @@
 // the dequantize-to-bf16 GEMM takes over). The `bf16` / `fp8` rows are what decode picks on this CPU for
 // weights without a pack; the `_f32stream` / `_dot` rows pin the fp32 streaming or the bf16 dot kernel;
 // `bf16_packed` / `fp8_packed` are the float packed kernels (the packs a loaded model attaches to its dense
-// bf16 matrices where bf16_decode_pack_wanted(), to its FP8 ones where fp8_decode_pack_wanted()). Compare
+// bf16 matrices where bf16_decode_pack_wanted(false), to its FP8 ones where fp8_decode_pack_wanted()). Compare
 // with `zaya bench decode`'s measured read bandwidth.
 //
 //   ./bench/quant_gemm_bench --benchmark_repetitions=3 --benchmark_enable_random_interleaving=true

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -1780,18 +1781,20 @@ bool quant_bf16_dot_available() {
 #endif
 }
 
-bool bf16_decode_pack_wanted() {
-  static const bool wanted = [] {
+bool bf16_decode_pack_wanted(bool experts) {
+  // [dense, experts]
+  static const std::array<bool, 2> wanted = [] {
 #if defined(ZAYA_DECODE_VNNI)
     const char* env = std::getenv("ZAYA_BF16_PACK");
-    if (env && std::strcmp(env, "0") == 0) return false;  // "0" / "1" override; any other value: the default
-    if (env && std::strcmp(env, "1") == 0) return true;
-    return !cpu_fast_bf16_dot();
+    if (env && std::strcmp(env, "0") == 0) return std::array<bool, 2>{false, false};  // "0" / "1" override
+    if (env && std::strcmp(env, "1") == 0) return std::array<bool, 2>{true, true};    // other values: default
+    const bool slow_dot = !cpu_fast_bf16_dot();
+    return std::array<bool, 2>{slow_dot || cpu_full_width_avx512(), slow_dot};
 #else
-    return false;
+    return std::array<bool, 2>{false, false};
 #endif
   }();
-  return wanted;
+  return wanted[experts ? 1 : 0];
 }
 
 bool fp8_decode_pack_wanted() {
@@ -1800,7 +1803,7 @@ bool fp8_decode_pack_wanted() {
     const char* env = std::getenv("ZAYA_FP8_PACK");
     if (env && std::strcmp(env, "0") == 0) return false;  // as ZAYA_BF16_PACK
     if (env && std::strcmp(env, "1") == 0) return true;
-    return !cpu_fast_bf16_dot();
+    return !cpu_fast_bf16_dot() || cpu_full_width_avx512();
 #else
     return false;
 #endif

@@ -76,14 +76,23 @@ void quant_grouped_linear_forward(float* out, const float* in, const Tensor& W, 
 void pack_for_decode(Tensor& W, bool release_source = false);
 bool has_decode_pack(const Tensor& W);
 
-// Whether a loaded model should pack its BF16 matrices, experts included (pack_for_decode): a build with the
+// Whether a loaded model should pack its BF16 matrices (pack_for_decode; `experts`: the 3-D expert tensors,
+// whose sources are then released and whose prefill unpacks bf16 tiles from the pack): a build with the
 // packed kernels, on a CPU where vdpbf16ps is slow (cpu_fast_bf16_dot false: there the fp32 kernels carry
-// bf16 decode, and the packed one ran 16-row products 1.7x faster than the streaming one,
-// bench/quant_gemm_bench). ZAYA_BF16_PACK=0 / 1 overrides (benchmarks compare both); read once.
-bool bf16_decode_pack_wanted();
+// bf16 decode, and the packed one ran 16-row products 1.7x faster than the streaming one), experts included;
+// or, dense matrices only, where AVX-512 is full width (Zen 5, cpu_full_width_avx512: the packed kernel beat
+// the bf16 dot kernel at 1 / 4 / 16 rows, 52.8 / 57.2 / 22.8 against 49.4 / 36.0 / 21.5 GB/s from memory,
+// bench/quant_gemm_bench, randomly interleaved repetitions; ZAYA1-8B MXFP4 experts decoded 1.13 / 1.27 /
+// 1.11x faster at batch 1 / 4 / 16; the expert pack there left bf16 decode as it was and cost 16% of its
+// prefill). Zen 4 keeps the dot kernel.
+// ZAYA_BF16_PACK=0 / 1 overrides, experts included (benchmarks compare both); read once.
+bool bf16_decode_pack_wanted(bool experts);
 // Whether a loaded model should pack its FP8 matrices, experts included (pack_for_decode; the source pages
 // are released, prefill dequantizes from the pack): as bf16_decode_pack_wanted, for the FP8 packed kernel
-// (the bf16 dot kernel takes FP8 where vdpbf16ps is fast). ZAYA_FP8_PACK=0 / 1 overrides; read once.
+// (on Zen 5: 50.9 / 31.2 / 11.7 GB/s at 1 / 4 / 16 rows against 43.9 / 15.0 / 10.7 for the kernels decode
+// picks without a pack, fp32 streaming at one row, bf16 dot from 4; ZAYA1-8B FP8 experts 1.10 / 1.40 / 1.37x
+// faster at batch 1 / 4 / 16). ZAYA_FP8_PACK=0 /
+// 1 overrides; read once.
 bool fp8_decode_pack_wanted();
 
 // Activations as the VNNI kernel uses them: q[M, K] int8, d[M, K / 32] the block scales (a ≈ q · d).

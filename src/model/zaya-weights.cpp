@@ -374,7 +374,7 @@ void move_mapped_to_huge_pages(Tensor& t) {
 void pack_decode_weights(ZayaWeights& w, bool release_source) {
   // BF16 and FP8 matrices where their packed kernels serve decode.
   auto wanted = [](const Tensor& t) {
-    if (t.dtype == DType::BF16) return bf16_decode_pack_wanted();
+    if (t.dtype == DType::BF16) return bf16_decode_pack_wanted(/*experts=*/t.ndim() == 3);
     if (t.dtype == DType::F8_E4M3) return fp8_decode_pack_wanted();
     return true;
   };

@@ -88,7 +88,7 @@ void fuse_qkv(const ZayaConfig& cfg, ZayaWeights& w);
 
 // Attaches the decode kernels' packed copy (kernels/quant_gemm.h: pack_for_decode) to every Q8_0 and MXFP4
 // matrix a decode step reads: q/k/v, o, router, experts, head; to the FP8 ones where
-// fp8_decode_pack_wanted(); and to the BF16 ones where bf16_decode_pack_wanted(). F32 weights are left alone.
+// fp8_decode_pack_wanted(); and to the BF16 ones where bf16_decode_pack_wanted(experts). F32 weights are left alone.
 // Called by load_weights, which also releases the checkpoint's pages of the packed quantized matrices and
 // BF16 experts (prefill dequantizes from the pack too), so those weights are held once; 2-D BF16 matrices
 // keep theirs (prefill's GEMM reads them).
