@@ -4,9 +4,10 @@
 // plus scales) per call, at the row counts of decode (1, 4, 16) and the prefill switch-over (32 rows, where
 // the dequantize-to-bf16 GEMM takes over). The `bf16` / `fp8` rows are what decode picks on this CPU for
 // weights without a pack; the `_f32stream` / `_dot` rows pin the fp32 streaming or the bf16 dot kernel;
-// `bf16_packed` / `fp8_packed` are the float packed kernels (the packs a loaded model attaches to its dense
-// bf16 matrices where bf16_decode_pack_wanted(false), to its FP8 ones where fp8_decode_pack_wanted()). Compare
-// with `zaya bench decode`'s measured read bandwidth.
+// `bf16_packed` / `fp8_packed` are the float packed kernels and `bf16_packed_dot` the bf16 dot kernel over
+// the bf16 pack (decode's pick for packed bf16 where it would take the bf16 dot kernel: Zen 5) (the packs a
+// loaded model attaches to its dense bf16 matrices where bf16_decode_pack_wanted(false), to its FP8 ones
+// where fp8_decode_pack_wanted()). Compare with `zaya bench decode`'s measured read bandwidth.
 //
 //   ./bench/quant_gemm_bench --benchmark_repetitions=3 --benchmark_enable_random_interleaving=true
 #include <benchmark/benchmark.h>
@@ -66,7 +67,7 @@ void BM_Weights(benchmark::State& state, DType fmt, bool via_gemm = false, bool 
     state.SkipWithError("this build has no AVX2 kernels");
     return;
   }
-  if (path == QuantPath::Bf16Dot && !quant_bf16_dot_available()) {
+  if ((path == QuantPath::Bf16Dot || path == QuantPath::PackedBf16Dot) && !quant_bf16_dot_available()) {
     state.SkipWithError("this build has no AVX512-BF16 dot kernel");
     return;
   }
@@ -89,6 +90,10 @@ void BM_Weights(benchmark::State& state, DType fmt, bool via_gemm = false, bool 
   }
   const size_t kCopies = w[slot].size();
   const Tensor& W = w[slot][0];
+  if ((path == QuantPath::PackedF32 || path == QuantPath::PackedBf16Dot) && !has_decode_pack(W)) {
+    state.SkipWithError("no decode pack on this CPU (no AVX512-VNNI)");
+    return;
+  }
   Tensor in = activations(M, kK), out = activations(M, kN);
   int next = 0;
   for (auto _ : state) {
@@ -111,13 +116,19 @@ BENCHMARK_CAPTURE(BM_Weights, bf16_gemm, DType::BF16, true)
     ->Arg(32)
     ->UseRealTime();
 BENCHMARK_CAPTURE(BM_Weights, bf16, DType::BF16)->Arg(1)->Arg(4)->Arg(8)->Arg(16)->Arg(32)->UseRealTime();
-BENCHMARK_CAPTURE(BM_Weights, bf16_packed, DType::BF16, false, true)
+BENCHMARK_CAPTURE(BM_Weights, bf16_packed, DType::BF16, false, true, QuantPath::PackedF32)
     ->Arg(1)
     ->Arg(4)
     ->Arg(8)
     ->Arg(16)
     ->UseRealTime();
-BENCHMARK_CAPTURE(BM_Weights, fp8_packed, DType::F8_E4M3, false, true)
+BENCHMARK_CAPTURE(BM_Weights, bf16_packed_dot, DType::BF16, false, true, QuantPath::PackedBf16Dot)
+    ->Arg(1)
+    ->Arg(4)
+    ->Arg(8)
+    ->Arg(16)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_Weights, fp8_packed, DType::F8_E4M3, false, true, QuantPath::PackedF32)
     ->Arg(1)
     ->Arg(2)
     ->Arg(3)

@@ -193,8 +193,8 @@ TEST(QuantCheckpoint, NoMmapMovesMappedMatricesAndKeepsTheLogits) {
     for (const Tensor* t : {&l0.qkv, &l0.o_proj, &l0.experts_gate_up, &l0.experts_down, &copied.w.lm_head}) {
       if (t->dtype != DType::BF16 && t->dtype != DType::F8_E4M3) continue;
       const bool fits = t->dim(-2) % 16 == 0 && t->dim(-1) % 32 == 0;
-      const bool wanted = t->dtype == DType::BF16 ? bf16_decode_pack_wanted(t->ndim() == 3)
-                                                      : fp8_decode_pack_wanted();
+      const bool wanted =
+          t->dtype == DType::BF16 ? bf16_decode_pack_wanted(t->ndim() == 3) : fp8_decode_pack_wanted();
       EXPECT_EQ(has_decode_pack(*t), fits && wanted) << c.dir << ": " << shape_str(t->shape);
     }
     std::vector<float> logits[2];

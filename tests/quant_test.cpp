@@ -756,7 +756,7 @@ TEST(QuantGemm, FloatPackedEqualsFp32Product) {
           std::vector<double> want, bound;
           reference(&want, &bound, W, 0, a.f32(), M);
           std::vector<float> got(size_t(M * N), NAN);
-          quant_linear_forward_with(QuantPath::Stream, got.data(), N, a.f32(), M, W);
+          quant_linear_forward_with(QuantPath::PackedF32, got.data(), N, a.f32(), M, W);
           const double r = worst_ratio(got.data(), want, bound);
           EXPECT_LE(r, 1.0) << dtype_name(f) << " N=" << N << " K=" << K << " M=" << M;
           worst = std::max(worst, r);
@@ -766,6 +766,49 @@ TEST(QuantGemm, FloatPackedEqualsFp32Product) {
       }
     }
   }
+}
+
+// The bf16 dot kernel over the bf16 pack (Zen 5's decode for packed dense bf16 matrices): against the fp64
+// product of the weights with the bf16-rounded activations it uses, within 1e-5 of Σ|w·a| (one fp32 chain of
+// vdpbf16ps over K / 2 pairs; measured worst printed), at the row counts of float_packed_tile's blocks and
+// past them. Bitwise the same rows whatever M (batch invariant); a grouped call over packed experts gives
+// each expert what its own call gives.
+TEST(QuantGemm, PackedBf16DotEqualsBf16ActivationProduct) {
+  BF16_DOT_OR_SKIP();
+  double worst = 0;
+  for (int64_t N : {48, 400}) {
+    for (int64_t K : {32, 96, 2048}) {
+      Tensor W = weight_in(DType::BF16, {N, K}, 101 + uint32_t(K + N));
+      PACKED_OR_SKIP(W);
+      for (int64_t M : {1, 2, 3, 4, 5, 8, 13, 16, 17, 40}) {
+        Tensor a = random_f32({M, K}, 103 + uint32_t(M));
+        Tensor ar = a.to(DType::BF16).to(DType::F32);
+        std::vector<double> want, bound;
+        reference(&want, &bound, W, 0, ar.f32(), M);
+        std::vector<float> got(size_t(M * N), NAN);
+        quant_linear_forward_with(QuantPath::PackedBf16Dot, got.data(), N, a.f32(), M, W);
+        const double r = worst_ratio(got.data(), want, bound);
+        EXPECT_LE(r, 1.0) << "N=" << N << " K=" << K << " M=" << M;
+        worst = std::max(worst, r);
+      }
+    }
+  }
+  std::printf("  packed bf16 dot kernel: worst error %.3f of the bound\n", worst);
+  const int64_t N = 1024, K = 2048, M = 19;
+  Tensor W = weight_in(DType::BF16, {N, K}, 105);
+  PACKED_OR_SKIP(W);
+  Tensor a = random_f32({M, K}, 106);
+  std::vector<float> all(size_t(M * N));
+  quant_linear_forward_with(QuantPath::PackedBf16Dot, all.data(), N, a.f32(), M, W);
+  for (int64_t m = 0; m < M; m++) {
+    std::vector<float> one(static_cast<size_t>(N));
+    quant_linear_forward_with(QuantPath::PackedBf16Dot, one.data(), N, a.f32() + m * K, 1, W);
+    EXPECT_EQ(0, std::memcmp(one.data(), all.data() + m * N, size_t(N) * 4)) << "m=" << m;
+  }
+  // No pack: a clear error, not the weights' own layout read as a pack.
+  Tensor plain = weight_in(DType::BF16, {32, 64}, 107);
+  std::vector<float> out(32);
+  EXPECT_THROW(quant_linear_forward_with(QuantPath::PackedBf16Dot, out.data(), 32, a.f32(), 1, plain), Error);
 }
 
 // Bitwise the same rows whatever M (each output is one chain of fmas over k in order), and the same
@@ -778,15 +821,15 @@ TEST(QuantGemm, FloatPackedIsBatchInvariant) {
     PACKED_OR_SKIP(W);
     Tensor a = random_f32({M, K}, 92);
     std::vector<float> all(size_t(M * N));
-    quant_linear_forward_with(QuantPath::Stream, all.data(), N, a.f32(), M, W);
+    quant_linear_forward_with(QuantPath::PackedF32, all.data(), N, a.f32(), M, W);
     for (int64_t m = 0; m < M; m++) {
       std::vector<float> one(static_cast<size_t>(N));
-      quant_linear_forward_with(QuantPath::Stream, one.data(), N, a.f32() + m * K, 1, W);
+      quant_linear_forward_with(QuantPath::PackedF32, one.data(), N, a.f32() + m * K, 1, W);
       EXPECT_EQ(0, std::memcmp(one.data(), all.data() + m * N, size_t(N) * 4)) << "m=" << m;
     }
     std::vector<float> nan_in(a.f32(), a.f32() + 4 * K), out(size_t(4 * N));
     nan_in[size_t(2 * K + 17)] = NAN;
-    quant_linear_forward_with(QuantPath::Stream, out.data(), N, nan_in.data(), 4, W);
+    quant_linear_forward_with(QuantPath::PackedF32, out.data(), N, nan_in.data(), 4, W);
     for (int64_t n = 0; n < N; n++) {
       EXPECT_TRUE(std::isnan(out[size_t(2 * N + n)])) << n;
       EXPECT_EQ(out[size_t(n)], all[size_t(n)]) << n;  // the other rows keep their values

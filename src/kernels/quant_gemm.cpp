@@ -1327,6 +1327,91 @@ void dot16_tile_any(float* out, int64_t ldc, const uint16_t* a, int64_t M, const
   dot16_tile<DType::F8_E4M3>(out, ldc, a, M, w, n0, n1);
 }
 
+#if defined(ZAYA_DECODE_VNNI)
+// ---- The bf16 dot kernel over the bf16 pack (full-width AVX-512: Zen 5) ----
+//
+// The pack's vector j holds elements (2j, 2j + 1) of 16 rows as one dword: exactly a vdpbf16ps operand whose
+// lane r meets the broadcast activation pair (a[2j], a[2j + 1]) of one row. One instruction per vector and
+// activation row, where the fp32 packed kernel spends a shift or an and and two fmas: at 16 rows that kernel
+// is fma-bound (the ZAYA1-8B head at 16 rows ~20 GB/s on Zen 5). Activations rounded to bf16 (nearest even)
+// as the dot kernel rounds them. Each output is one chain of vdpbf16ps over the pairs in order, the same
+// whatever NG, MR and M (batch invariant); the sums differ from dot16's lane-then-tree order.
+
+// out[m, 16g + i] for groups g0 .. g0 + NG - 1 of expert e and the MR activation rows of `ap`: the bf16
+// activation pairs transposed, pair j of row m at ap[j · ldt + m].
+template <int NG, int MR>
+void bf16_packed_dot_groups(float* out, int64_t ldc, const uint32_t* ap, int64_t ldt, const DecodePack& p,
+                            int64_t e, int64_t g0) {
+  const uint8_t* grp[NG];
+  for (int g = 0; g < NG; g++) grp[g] = p.group(e, g0 + g);
+  __m512 acc[NG][MR];
+  for (int g = 0; g < NG; g++)
+    for (int m = 0; m < MR; m++) acc[g][m] = _mm512_setzero_ps();
+  const int64_t pairs = p.K / 2;
+  const uint32_t* a = ap;
+  for (int64_t j = 0; j < pairs; j++, a += ldt) {
+#pragma GCC unroll 8
+    for (int g = 0; g < NG; g++) {
+      const uint8_t* v = grp[g] + size_t(j) * 64;
+      _mm_prefetch(reinterpret_cast<const char*>(v + kFloatPackPrefetch), _MM_HINT_T0);
+      const __m512bh w = (__m512bh)_mm512_load_si512(v);
+#pragma GCC unroll 16
+      for (int m = 0; m < MR; m++)
+        acc[g][m] = _mm512_dpbf16_ps(acc[g][m], w, (__m512bh)_mm512_set1_epi32(int(a[m])));
+    }
+  }
+  for (int g = 0; g < NG; g++)
+    for (int m = 0; m < MR; m++) _mm512_storeu_ps(out + m * ldc + 16 * (g0 + g), acc[g][m]);
+}
+
+template <int NG, int MR>
+void bf16_packed_dot_run(float* out, int64_t ldc, const uint32_t* ap, int64_t ldt, const DecodePack& p,
+                         int64_t e, int64_t g0, int64_t g1) {
+  int64_t g = g0;
+  for (; g + NG <= g1; g += NG) bf16_packed_dot_groups<NG, MR>(out, ldc, ap, ldt, p, e, g);
+  for (; g < g1; g++) bf16_packed_dot_groups<1, MR>(out, ldc, ap, ldt, p, e, g);
+}
+
+// Columns [n0, n1) (multiples of 16) of out[M, N] for the M rows of `ap` ([K / 2, M] bf16 pairs), expert e:
+// rows in blocks of 16, 8, 4, 2 and 1 (1, 2, 4, 8 and 8 groups side by side), as float_packed_tile.
+void bf16_packed_dot_tile(float* out, int64_t ldc, const uint32_t* ap, int64_t M, const DecodePack& p,
+                          int64_t e, int64_t n0, int64_t n1) {
+  const bool one_pass = M <= 16 && (M & (M - 1)) == 0;
+  const int64_t slice = one_pass ? (n1 - n0) / 16 : 8;
+  for (int64_t s0 = n0 / 16; s0 < n1 / 16; s0 += slice) {
+    const int64_t s1 = std::min(n1 / 16, s0 + slice);
+    for (int64_t m = 0; m < M;) {
+      const int64_t left = M - m;
+      float* o = out + m * ldc;
+      const uint32_t* a = ap + m;
+      if (left >= 16) {
+        bf16_packed_dot_run<1, 16>(o, ldc, a, M, p, e, s0, s1), m += 16;
+      } else if (left >= 8) {
+        bf16_packed_dot_run<2, 8>(o, ldc, a, M, p, e, s0, s1), m += 8;
+      } else if (left >= 4) {
+        bf16_packed_dot_run<4, 4>(o, ldc, a, M, p, e, s0, s1), m += 4;
+      } else if (left >= 2) {
+        bf16_packed_dot_run<8, 2>(o, ldc, a, M, p, e, s0, s1), m += 2;
+      } else {
+        bf16_packed_dot_run<8, 1>(o, ldc, a, M, p, e, s0, s1), m += 1;
+      }
+    }
+  }
+}
+
+// in[M, K] rounded to bf16 (nearest even) and transposed into pairs: ap[j · M + m] = bf16(in[m, 2j]) |
+// bf16(in[m, 2j + 1]) << 16.
+// Written in j order (each row's line serves 16 pairs from L1), as transpose_activations.
+void bf16_pairs_transposed(uint32_t* ap, const float* in, int64_t M, int64_t K) {
+  thread_local std::vector<uint16_t> rows;
+  rows.resize(size_t(M * K));
+  convert_f32_to_bf16(rows.data(), in, M * K);
+  const uint32_t* pairs = reinterpret_cast<const uint32_t*>(rows.data());  // little-endian: 2j low, 2j+1 high
+  for (int64_t j = 0; j < K / 2; j++)
+    for (int64_t m = 0; m < M; m++) ap[j * M + m] = pairs[m * (K / 2) + j];
+}
+#endif  // ZAYA_DECODE_VNNI
+
 #endif  // ZAYA_DECODE_BF16_DOT
 
 // Rows [n0, n1) of out[M, N] (stride ldc) from a[M, K] (fp32; MXFP4: deinterleaved when AVX-512).
@@ -1847,8 +1932,30 @@ void quant_linear_forward_with(QuantPath path, float* out, int64_t ldc, const fl
     ZAYA_CHECK(path != QuantPath::Bf16Dot, "quant_linear_forward: this build has no AVX512-BF16 dot kernel");
 #endif
   }
+#if defined(ZAYA_DECODE_VNNI) && defined(ZAYA_DECODE_BF16_DOT)
+  if (path == QuantPath::PackedBf16Dot ||
+      (path == QuantPath::Stream && packed && w.fmt == DType::BF16 && takes_bf16_dot(w.fmt, M, w.K, tile))) {
+    const DecodePack* p = float_pack_of(W);
+    ZAYA_CHECK(p && p->fmt == DType::BF16,
+               "quant_linear_forward: the packed bf16 dot kernel takes a BF16 matrix with its decode pack");
+    thread_local std::vector<uint32_t> ap_here;  // the calling thread's (see below)
+    ap_here.resize(size_t(M * w.K / 2));
+    bf16_pairs_transposed(ap_here.data(), in, M, w.K);
+    const uint32_t* ap = ap_here.data();
+    const std::vector<Tile> tiles = matrix_tiles(w.N);
+    run_tiles(tiles, size_t(w.N) * w.row_bytes,
+              [&](const Tile& t) { bf16_packed_dot_tile(out, ldc, ap, M, *p, 0, t.n0, t.n1); });
+    return;
+  }
+#else
+  ZAYA_CHECK(path != QuantPath::PackedBf16Dot,
+             "quant_linear_forward: this build has no packed bf16 dot kernel");
+#endif
+  ZAYA_CHECK(path != QuantPath::PackedF32 || packed,
+             "quant_linear_forward: the float packed kernel takes a BF16 or FP8 matrix with its decode pack");
 #if defined(ZAYA_DECODE_VNNI)
-  if (const DecodePack* p = path == QuantPath::Stream ? float_pack_of(W) : nullptr) {
+  if (const DecodePack* p =
+          path == QuantPath::Stream || path == QuantPath::PackedF32 ? float_pack_of(W) : nullptr) {
     // The activations transposed ([K, M]); one row is its own transpose.
     thread_local std::vector<float> at_here;  // the calling thread's (see below)
     const float* at = in;
@@ -1919,17 +2026,33 @@ void quant_grouped_linear_forward(float* out, const float* in, const Tensor& W, 
   if (streamed.empty()) return;
 #if defined(ZAYA_DECODE_VNNI)
   if (const DecodePack* p = float_pack_of(W)) {
-    // Each expert's rows transposed ([K, rows] at r0 · K); one row is its own transpose.
+    // Each expert's rows transposed ([K, rows] at r0 · K; one row is its own transpose), or for the packed
+    // bf16 dot kernel as bf16 pairs ([K / 2, rows] at r0 · K / 2).
     thread_local std::vector<float> at_here;  // the calling thread's (see quant_linear_forward_with)
+    thread_local std::vector<uint32_t> ap_here;
     at_here.resize(size_t(T * K));
+    std::vector<char> dot(size_t(E), 0);
     for (int64_t e : streamed) {
       const int64_t r0 = offsets[e], rows = offsets[e + 1] - r0;
+#if defined(ZAYA_DECODE_BF16_DOT)
+      if (p->fmt == DType::BF16 && takes_bf16_dot(DType::BF16, rows, K, tile)) {
+        ap_here.resize(size_t(T * K / 2));
+        bf16_pairs_transposed(ap_here.data() + r0 * K / 2, in + r0 * K, rows, K);
+        dot[size_t(e)] = 1;
+        continue;
+      }
+#endif
       transpose_activations(at_here.data() + r0 * K, in + r0 * K, rows, K);
     }
     const float* at = at_here.data();
+    const uint32_t* ap = ap_here.data();
     const std::vector<Tile> tiles = expert_tiles(streamed, N);
     run_tiles(tiles, streamed.size() * size_t(N) * dtype_row_bytes(W.dtype, K), [&](const Tile& t) {
       const int64_t r0 = offsets[t.expert], rows = offsets[t.expert + 1] - r0;
+#if defined(ZAYA_DECODE_BF16_DOT)
+      if (dot[size_t(t.expert)])
+        return bf16_packed_dot_tile(out + r0 * N, N, ap + r0 * K / 2, rows, *p, t.expert, t.n0, t.n1);
+#endif
       float_packed_tile_any(out + r0 * N, N, at + r0 * K, rows, *p, t.expert, t.n0, t.n1);
     });
     return;

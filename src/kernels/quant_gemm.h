@@ -113,14 +113,29 @@ void set_quant_int8_activations(bool on);
 // How a call is computed (tests and benchmarks). Auto: Stream up to kQuantStreamMaxRows rows (every M in
 // gemm's batch-invariant mode), DequantGemm above. Stream: the decode kernels as decode picks them (the
 // VNNI kernel over a pack; the float packed kernel over a BF16 / FP8 pack, whatever the CPU; the bf16 dot
-// kernel for unpacked BF16 / FP8 weights when decode takes it, see below; else the fp32 streaming kernel). StreamF32: the fp32 streaming kernel on W's own layout, always. Bf16Dot: the bf16
-// dot kernel, always (BF16 / FP8 weights, K a multiple of 32, a build with AVX512-BF16; an error otherwise).
-// StreamAvx2: the fp32 streaming kernel on 256-bit vectors, which decode takes in builds without AVX-512
-// (AMD Zen 3, older Intel); any AVX2 build runs it here (an error in builds without AVX2 / FMA / F16C).
-// Int8Avx2: the int8 kernel on 256-bit vectors (Q8_0 / MXFP4 weights on their own layout, activations
-// quantized per block to int8 as ActQ8, vpmaddubsw dots), which decode takes for those formats in builds
-// without AVX-512; any AVX2 build runs it here.
-enum class QuantPath { Auto, Stream, StreamF32, StreamAvx2, Int8Avx2, Bf16Dot, DequantGemm };
+// kernel for unpacked BF16 / FP8 weights when decode takes it, see below; else the fp32 streaming kernel).
+// StreamF32: the fp32 streaming kernel on W's own layout, always. Bf16Dot: the bf16 dot kernel, always (BF16
+// / FP8 weights, K a multiple of 32, a build with AVX512-BF16; an error otherwise). StreamAvx2: the fp32
+// streaming kernel on 256-bit vectors, which decode takes in builds without AVX-512 (AMD Zen 3, older Intel);
+// any AVX2 build runs it here (an error in builds without AVX2 / FMA / F16C). Int8Avx2: the int8 kernel on
+// 256-bit vectors (Q8_0 / MXFP4 weights on their own layout, activations quantized per block to int8 as
+// ActQ8, vpmaddubsw dots), which decode takes for those formats in builds without AVX-512; any AVX2 build
+// runs it here. PackedF32: the float packed kernel (fp32 activations) over a BF16 / FP8 matrix's decode pack,
+// which decode takes for packed matrices outside PackedBf16Dot's cases; an error without a pack.
+// PackedBf16Dot: the bf16 dot kernel over a BF16 matrix's decode pack (vdpbf16ps on the pack's element
+// pairs, activations rounded to bf16; one chain per output over the pairs in order), which decode takes for a
+// packed BF16 matrix where it would take the bf16 dot kernel (Zen 5); an error without a pack or AVX512-BF16.
+enum class QuantPath {
+  Auto,
+  Stream,
+  StreamF32,
+  StreamAvx2,
+  Int8Avx2,
+  Bf16Dot,
+  PackedF32,
+  PackedBf16Dot,
+  DequantGemm
+};
 
 // The bf16 dot kernel (BF16 and FP8 weights; builds with AVX512-BF16): the activations are rounded to bf16
 // (nearest even) once per call, FP8 weights are widened to bf16 exactly (every e4m3 value is a bf16 value),
