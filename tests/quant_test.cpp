@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/cpu_info.h"
@@ -182,6 +183,21 @@ TEST(QuantFormat, MalformedScalesAreErrors) {
 
 // The fp32 streaming kernels: the one decode takes on this build (StreamF32), and the AVX2 one that builds
 // without AVX-512 take, which every AVX2 build tests here too.
+// The product of W ([N, K]) with a's M rows on `path`, after checking that each row computed alone gives its
+// row of it bitwise (batch invariance); `what` names the case in failures.
+std::vector<float> expect_rows_equal_alone(QuantPath path, const Tensor& W, const Tensor& a,
+                                           const std::string& what) {
+  const int64_t N = W.dim(0), K = W.dim(1), M = a.dim(0);
+  std::vector<float> all(size_t(M * N));
+  quant_linear_forward_with(path, all.data(), N, a.f32(), M, W);
+  for (int64_t m = 0; m < M; m++) {
+    std::vector<float> one(static_cast<size_t>(N));
+    quant_linear_forward_with(path, one.data(), N, a.f32() + m * K, 1, W);
+    EXPECT_EQ(0, std::memcmp(one.data(), all.data() + m * N, size_t(N) * 4)) << what << " m=" << m;
+  }
+  return all;
+}
+
 std::vector<QuantPath> stream_paths() {
   std::vector<QuantPath> paths = {QuantPath::StreamF32};
   if (quant_avx2_stream_available()) paths.push_back(QuantPath::StreamAvx2);
@@ -318,14 +334,9 @@ TEST(QuantGemm, StreamIsBatchInvariant) {
       Tensor W = weight_in(f, {N, K}, 9);
       Tensor a = random_f32({M, K}, 10);
       for (QuantPath path : stream_paths()) {
-        std::vector<float> all(size_t(M * N));
-        quant_linear_forward_with(path, all.data(), N, a.f32(), M, W);
-        for (int64_t m = 0; m < M; m++) {
-          std::vector<float> one(static_cast<size_t>(N));
-          quant_linear_forward_with(path, one.data(), N, a.f32() + m * K, 1, W);
-          EXPECT_EQ(0, std::memcmp(one.data(), all.data() + m * N, size_t(N) * 4))
-              << quant_scheme_name(f) << " m=" << m << " avx2=" << (path == QuantPath::StreamAvx2);
-        }
+        expect_rows_equal_alone(
+            path, W, a,
+            std::string(quant_scheme_name(f)) + " avx2=" + (path == QuantPath::StreamAvx2 ? "1" : "0"));
       }
     }
 }
@@ -437,14 +448,9 @@ TEST(QuantGemm, Bf16DotIsBatchInvariant) {
       Tensor a = random_f32({M, K}, 55);
       const bool saved = gemm_batch_invariant();
       set_gemm_batch_invariant(path == QuantPath::Stream);
-      std::vector<float> all(size_t(M * N));
-      quant_linear_forward_with(path, all.data(), N, a.f32(), M, W);
-      for (int64_t m = 0; m < M; m++) {
-        std::vector<float> one(static_cast<size_t>(N));
-        quant_linear_forward_with(path, one.data(), N, a.f32() + m * K, 1, W);
-        EXPECT_EQ(0, std::memcmp(one.data(), all.data() + m * N, size_t(N) * 4))
-            << quant_scheme_name(f) << " m=" << m << (path == QuantPath::Stream ? " (invariant mode)" : "");
-      }
+      expect_rows_equal_alone(
+          path, W, a,
+          std::string(quant_scheme_name(f)) + (path == QuantPath::Stream ? " (invariant mode)" : ""));
       set_gemm_batch_invariant(saved);
     }
 }
@@ -648,14 +654,7 @@ TEST(QuantGemm, PackedIsBatchInvariant) {
       if (!ready_for(kernel, W)) continue;
       ran++;
       Tensor a = random_f32({M, K}, 42);
-      std::vector<float> all(size_t(M * N));
-      quant_linear_forward_with(kernel.path, all.data(), N, a.f32(), M, W);
-      for (int64_t m = 0; m < M; m++) {
-        std::vector<float> one(static_cast<size_t>(N));
-        quant_linear_forward_with(kernel.path, one.data(), N, a.f32() + m * K, 1, W);
-        EXPECT_EQ(0, std::memcmp(one.data(), all.data() + m * N, size_t(N) * 4))
-            << kernel.name << " " << quant_scheme_name(f) << " m=" << m;
-      }
+      expect_rows_equal_alone(kernel.path, W, a, std::string(kernel.name) + " " + quant_scheme_name(f));
     }
   if (ran == 0) GTEST_SKIP() << "no int8-activation kernel on this CPU";
 }
@@ -798,13 +797,7 @@ TEST(QuantGemm, PackedBf16DotEqualsBf16ActivationProduct) {
   Tensor W = weight_in(DType::BF16, {N, K}, 105);
   PACKED_OR_SKIP(W);
   Tensor a = random_f32({M, K}, 106);
-  std::vector<float> all(size_t(M * N));
-  quant_linear_forward_with(QuantPath::PackedBf16Dot, all.data(), N, a.f32(), M, W);
-  for (int64_t m = 0; m < M; m++) {
-    std::vector<float> one(static_cast<size_t>(N));
-    quant_linear_forward_with(QuantPath::PackedBf16Dot, one.data(), N, a.f32() + m * K, 1, W);
-    EXPECT_EQ(0, std::memcmp(one.data(), all.data() + m * N, size_t(N) * 4)) << "m=" << m;
-  }
+  expect_rows_equal_alone(QuantPath::PackedBf16Dot, W, a, "packed bf16 dot");
   // No pack: a clear error, not the weights' own layout read as a pack.
   Tensor plain = weight_in(DType::BF16, {32, 64}, 107);
   std::vector<float> out(32);
@@ -820,13 +813,7 @@ TEST(QuantGemm, FloatPackedIsBatchInvariant) {
     Tensor W = weight_in(f, {N, K}, 91);
     PACKED_OR_SKIP(W);
     Tensor a = random_f32({M, K}, 92);
-    std::vector<float> all(size_t(M * N));
-    quant_linear_forward_with(QuantPath::PackedF32, all.data(), N, a.f32(), M, W);
-    for (int64_t m = 0; m < M; m++) {
-      std::vector<float> one(static_cast<size_t>(N));
-      quant_linear_forward_with(QuantPath::PackedF32, one.data(), N, a.f32() + m * K, 1, W);
-      EXPECT_EQ(0, std::memcmp(one.data(), all.data() + m * N, size_t(N) * 4)) << "m=" << m;
-    }
+    const std::vector<float> all = expect_rows_equal_alone(QuantPath::PackedF32, W, a, "float packed");
     std::vector<float> nan_in(a.f32(), a.f32() + 4 * K), out(size_t(4 * N));
     nan_in[size_t(2 * K + 17)] = NAN;
     quant_linear_forward_with(QuantPath::PackedF32, out.data(), N, nan_in.data(), 4, W);

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #if defined(__AVX512F__) || defined(__AVX2__)
@@ -999,6 +1000,36 @@ void float_packed_run(float* out, int64_t ldc, const float* at, int64_t ldt, con
   for (; g < g1; g++) float_packed_groups<F, 1, MR>(out, ldc, at, ldt, p, e, g);
 }
 
+// The BF16 packs' blocking, shared by the float packed and the packed bf16 dot kernels: columns [n0, n1)
+// (multiples of 16) in slices of groups, and in each slice the M rows in blocks of 16, 8, 4, 2 and 1 with 1,
+// 2, 4, 8 and 8 groups side by side (16 accumulators each): run(ng, mr, m, s0, s1) computes rows m .. m + MR
+// - 1 of groups [s0, s1), NG at a time (ng, mr: std::integral_constant). One slice of all the columns when
+// the rows are one block (1, 2, 4, 8 or 16), else slices of 8 groups that every block after the first finds
+// in L2.
+template <class Run>
+void bf16_row_blocks(int64_t M, int64_t n0, int64_t n1, Run run) {
+  using std::integral_constant;
+  const bool one_pass = M <= 16 && (M & (M - 1)) == 0;
+  const int64_t slice = one_pass ? (n1 - n0) / 16 : 8;
+  for (int64_t s0 = n0 / 16; s0 < n1 / 16; s0 += slice) {
+    const int64_t s1 = std::min(n1 / 16, s0 + slice);
+    for (int64_t m = 0; m < M;) {
+      const int64_t left = M - m;
+      if (left >= 16) {
+        run(integral_constant<int, 1>(), integral_constant<int, 16>(), m, s0, s1), m += 16;
+      } else if (left >= 8) {
+        run(integral_constant<int, 2>(), integral_constant<int, 8>(), m, s0, s1), m += 8;
+      } else if (left >= 4) {
+        run(integral_constant<int, 4>(), integral_constant<int, 4>(), m, s0, s1), m += 4;
+      } else if (left >= 2) {
+        run(integral_constant<int, 8>(), integral_constant<int, 2>(), m, s0, s1), m += 2;
+      } else {
+        run(integral_constant<int, 8>(), integral_constant<int, 1>(), m, s0, s1), m += 1;
+      }
+    }
+  }
+}
+
 // Columns [n0, n1) (multiples of 16) of out[M, N] for the M activation rows of `at` ([K, M], transposed),
 // expert e. BF16 rows go in blocks of 16, 8, 4, 2 and 1 (16 accumulators each: 1, 2, 4, 8 and 8 groups side
 // by side). FP8 rows go in blocks of 8 and then one block of the rest (1 to 7 rows, 4, 4, 4, 2, 2, 2 and 2
@@ -1008,28 +1039,19 @@ void float_packed_run(float* out, int64_t ldc, const float* at, int64_t ldt, con
 template <DType F>
 void float_packed_tile(float* out, int64_t ldc, const float* at, int64_t M, const DecodePack& p, int64_t e,
                        int64_t n0, int64_t n1) {
-  const bool one_pass = F == DType::BF16 ? M <= 16 && (M & (M - 1)) == 0 : M <= 8;  // one block of rows
-  const int64_t slice = one_pass ? (n1 - n0) / 16 : 8;
-  for (int64_t s0 = n0 / 16; s0 < n1 / 16; s0 += slice) {
-    const int64_t s1 = std::min(n1 / 16, s0 + slice);
-    for (int64_t m = 0; m < M;) {
-      const int64_t left = M - m;
-      float* o = out + m * ldc;
-      const float* a = at + m;
-      if constexpr (F == DType::BF16) {
-        if (left >= 16) {
-          float_packed_run<F, 1, 16>(o, ldc, a, M, p, e, s0, s1), m += 16;
-        } else if (left >= 8) {
-          float_packed_run<F, 2, 8>(o, ldc, a, M, p, e, s0, s1), m += 8;
-        } else if (left >= 4) {
-          float_packed_run<F, 4, 4>(o, ldc, a, M, p, e, s0, s1), m += 4;
-        } else if (left >= 2) {
-          float_packed_run<F, 8, 2>(o, ldc, a, M, p, e, s0, s1), m += 2;
-        } else {
-          float_packed_run<F, 8, 1>(o, ldc, a, M, p, e, s0, s1), m += 1;
-        }
-      } else {
-        switch (std::min<int64_t>(left, 8)) {
+  if constexpr (F == DType::BF16) {
+    bf16_row_blocks(M, n0, n1, [&](auto ng, auto mr, int64_t m, int64_t s0, int64_t s1) {
+      float_packed_run<F, decltype(ng)::value, decltype(mr)::value>(out + m * ldc, ldc, at + m, M, p, e, s0,
+                                                                    s1);
+    });
+  } else {
+    const int64_t slice = M <= 8 ? (n1 - n0) / 16 : 8;  // one block of rows: one slice of all the columns
+    for (int64_t s0 = n0 / 16; s0 < n1 / 16; s0 += slice) {
+      const int64_t s1 = std::min(n1 / 16, s0 + slice);
+      for (int64_t m = 0; m < M; m += 8) {
+        float* o = out + m * ldc;
+        const float* a = at + m;
+        switch (std::min<int64_t>(M - m, 8)) {
           case 8:
             float_packed_run<F, 1, 8>(o, ldc, a, M, p, e, s0, s1);
             break;
@@ -1055,7 +1077,6 @@ void float_packed_tile(float* out, int64_t ldc, const float* at, int64_t M, cons
             float_packed_run<F, 4, 1>(o, ldc, a, M, p, e, s0, s1);
             break;
         }
-        m += std::min<int64_t>(left, 8);
       }
     }
   }
@@ -1372,31 +1393,14 @@ void bf16_packed_dot_run(float* out, int64_t ldc, const uint32_t* ap, int64_t ld
   for (; g < g1; g++) bf16_packed_dot_groups<1, MR>(out, ldc, ap, ldt, p, e, g);
 }
 
-// Columns [n0, n1) (multiples of 16) of out[M, N] for the M rows of `ap` ([K / 2, M] bf16 pairs), expert e:
-// rows in blocks of 16, 8, 4, 2 and 1 (1, 2, 4, 8 and 8 groups side by side), as float_packed_tile.
+// Columns [n0, n1) (multiples of 16) of out[M, N] for the M rows of `ap` ([K / 2, M] bf16 pairs), expert e,
+// blocked as the float packed kernel's BF16 (bf16_row_blocks).
 void bf16_packed_dot_tile(float* out, int64_t ldc, const uint32_t* ap, int64_t M, const DecodePack& p,
                           int64_t e, int64_t n0, int64_t n1) {
-  const bool one_pass = M <= 16 && (M & (M - 1)) == 0;
-  const int64_t slice = one_pass ? (n1 - n0) / 16 : 8;
-  for (int64_t s0 = n0 / 16; s0 < n1 / 16; s0 += slice) {
-    const int64_t s1 = std::min(n1 / 16, s0 + slice);
-    for (int64_t m = 0; m < M;) {
-      const int64_t left = M - m;
-      float* o = out + m * ldc;
-      const uint32_t* a = ap + m;
-      if (left >= 16) {
-        bf16_packed_dot_run<1, 16>(o, ldc, a, M, p, e, s0, s1), m += 16;
-      } else if (left >= 8) {
-        bf16_packed_dot_run<2, 8>(o, ldc, a, M, p, e, s0, s1), m += 8;
-      } else if (left >= 4) {
-        bf16_packed_dot_run<4, 4>(o, ldc, a, M, p, e, s0, s1), m += 4;
-      } else if (left >= 2) {
-        bf16_packed_dot_run<8, 2>(o, ldc, a, M, p, e, s0, s1), m += 2;
-      } else {
-        bf16_packed_dot_run<8, 1>(o, ldc, a, M, p, e, s0, s1), m += 1;
-      }
-    }
-  }
+  bf16_row_blocks(M, n0, n1, [&](auto ng, auto mr, int64_t m, int64_t s0, int64_t s1) {
+    bf16_packed_dot_run<decltype(ng)::value, decltype(mr)::value>(out + m * ldc, ldc, ap + m, M, p, e, s0,
+                                                                  s1);
+  });
 }
 
 // in[M, K] rounded to bf16 (nearest even) and transposed into pairs: ap[j · M + m] = bf16(in[m, 2j]) |
