@@ -744,12 +744,24 @@ double measure_gemm_peak_gflops(DType dtype) {
   // The machine's peak: the default mode's backend even while the batch-invariant mode is on.
   const GemmBackend backend = choose_fast_backend(n, n, n, dtype == DType::BF16);
   auto run = [&] { gemm_with(backend, n, n, n, 1.0f, mat(a, n), mat(b, n, true), 0.0f, c.f32(), n); };
-  run();  // warmup: primitive creation, page faults, clocks
+  // Warm up for a quarter of a second, not one call: besides primitive creation and page faults, the cores
+  // ramp up over the first ~0.1-0.2 s of full load (Zen 5 VM, 2026-12-05: bf16 runs 1-2 at 520-580 GFLOP/s,
+  // then 680-760; fp32 250-300 for three runs, then 350-390). With one warm-up call and the best of 4 the
+  // peak read 470-640 instead of 700-760 when nothing had run before it, inflating the MFU of `zaya bench`.
+  using clock = std::chrono::steady_clock;
+  auto seconds_since = [](clock::time_point t0) {
+    return std::chrono::duration<double>(clock::now() - t0).count();
+  };
+  const auto warm0 = clock::now();
+  do run();
+  while (seconds_since(warm0) < 0.25);
+  // Then the best of at least 5 calls and 0.5 s (a busy neighbour slows single calls, never speeds one up).
   double best = 1e30;
-  for (int rep = 0; rep < 4; rep++) {
-    auto t0 = std::chrono::steady_clock::now();
+  const auto meas0 = clock::now();
+  for (int rep = 0; rep < 5 || seconds_since(meas0) < 0.5; rep++) {
+    const auto t0 = clock::now();
     run();
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    best = std::min(best, seconds_since(t0));
   }
   return 2.0 * double(n) * n * n / best * 1e-9;
 }
