@@ -345,6 +345,11 @@ TEST(KernelsFd, PartialRope) {
     rope_angles(cs.data(), sn.data(), pos, r_dim, inv.data());
     rope_rotate(two.data(), cs.data(), sn.data(), r_dim);
     EXPECT_EQ(0, std::memcmp(one.data(), two.data(), d * sizeof(float))) << r_dim;
+    // And the inverse: rope_rotate_inverse with those angles is rope_apply_inverse bit for bit.
+    std::vector<float> inv_one = r, inv_two = r;
+    rope_apply_inverse(inv_one.data(), pos, r_dim, inv.data());
+    rope_rotate_inverse(inv_two.data(), cs.data(), sn.data(), r_dim);
+    EXPECT_EQ(0, std::memcmp(inv_one.data(), inv_two.data(), d * sizeof(float))) << r_dim;
   }
 }
 

@@ -207,6 +207,16 @@ void rope_apply_inverse(float* g, int64_t pos, int64_t r, const float* inv_freq)
   }
 }
 
+void rope_rotate_inverse(float* g, const float* cos_in, const float* sin_in, int64_t r) {
+  const int64_t half = r / 2;
+  for (int64_t i = 0; i < half; i++) {
+    const float c = cos_in[i], s = sin_in[i];
+    const float a = g[i], b = g[i + half];
+    g[i] = a * c + b * s;
+    g[i + half] = -a * s + b * c;
+  }
+}
+
 void cca_qk_backward(float* dmixed, float* draw, float* dtemp, const float* dqk, const float* conv,
                      const float* raw, const float* temp, const int64_t* positions, int64_t S,
                      const CcaDims& dm, int64_t rotary_dim, double theta) {
@@ -215,9 +225,12 @@ void cca_qk_backward(float* dmixed, float* draw, float* dtemp, const float* dqk,
   const float sqrt_d = std::sqrt(float(d));
   const float eps_q = 1.1920928955078125e-07f;  // the forward's clamp (spec §5.5d)
   std::vector<float> inv_freq(rotary_dim / 2 + 1), mixed(C), qr(Hq * d);
+  std::vector<float> cs(rotary_dim / 2 + 1), sn(rotary_dim / 2 + 1);
   rope_inv_freq(inv_freq.data(), rotary_dim, theta);
   for (int64_t t = 0; t < S; t++) {
     const float* u = raw + t * C;
+    // The position's angles once for its Hq + Hk heads (fp32 cos / sin per call were ~60% of this kernel).
+    rope_angles(cs.data(), sn.data(), positions[t], rotary_dim, inv_freq.data());
     // Recompute the mixed, pre-norm Q̃ | K̃ of this token exactly as the forward does.
     for (int64_t h = 0; h < Hq; h++) {
       for (int64_t i = 0; i < d; i++) qr[h * d + i] = 0.5f * (u[h * d + i] + u[A + (h / G) * d + i]);
@@ -236,7 +249,7 @@ void cca_qk_backward(float* dmixed, float* draw, float* dtemp, const float* dqk,
       const float* v = mixed.data() + h * d;
       float* g = dm_row + h * d;
       for (int64_t i = 0; i < d; i++) g[i] = dqk[t * C + h * d + i];
-      rope_apply_inverse(g, positions[t], rotary_dim, inv_freq.data());
+      rope_rotate_inverse(g, cs.data(), sn.data(), rotary_dim);
       double ss = 0;
       for (int64_t i = 0; i < d; i++) ss += double(v[i]) * v[i];
       const float n = float(std::sqrt(ss));

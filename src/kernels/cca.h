@@ -59,6 +59,8 @@ void rope_inv_freq(float* inv_freq, int64_t rotary_dim, double theta);
 
 // The inverse rotation of rope_apply (spec §6.6): maps ḡx' to ḡx in place on one head vector g[d].
 void rope_apply_inverse(float* g, int64_t pos, int64_t rotary_dim, const float* inv_freq);
+// The same with the position's angles from rope_angles (the same bits), for many heads at one position.
+void rope_rotate_inverse(float* g, const float* cos_in, const float* sin_in, int64_t rotary_dim);
 
 // Backward of cca_qk_forward (mixing, QK norm with temperature incl. the clamp branch, RoPE; §6.6-6.8).
 //   dmixed[S, C]  out: ḡQ̃ | ḡK̃ (= the gradient of the conv output, spec §6.8 ḡCq, ḡCk)

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/profile.h"
 #include "core/quant.h"
+#include "core/threads.h"
 #include "kernels/attention.h"
 #include "kernels/cca.h"
 #include "kernels/delayed_values.h"
@@ -227,8 +228,21 @@ double zaya_backward(const ZayaModel& model, const Activations& acts, const int3
   std::vector<float>& dmixed = zeroed(bs.dmixed, T * C);
   std::vector<float>& draw = zeroed(bs.draw, T * C);
   std::vector<float>& dqkv = zeroed(bs.dqkv, T * NQ);
-  std::vector<float>& frames = zeroed(bs.frames, (P + S) * C);
-  std::vector<float>& dframes = zeroed(bs.dframes, (P + S) * C);
+  // The per-sequence part of each block (attention, q/k mixing and norm, convolutions) runs one sequence per
+  // thread when there are at least as many sequences as threads (it is serial within a sequence apart from
+  // attention's two KV heads: 13% of a small-model step ran on one core), else one sequence at a time with
+  // threaded kernels. Either way each sequence's parameter gradients go to its own row of seq_grads, added
+  // into the step's in sequence order: the same bits for any thread count.
+  const int seq_slots = B >= num_threads() ? num_threads() : 1;
+  std::vector<float>& frames_all = zeroed(bs.frames, seq_slots * (P + S) * C);
+  std::vector<float>& dframes_all = zeroed(bs.dframes, seq_slots * (P + S) * C);
+  // One sequence's gradients: temperatures [Hk], conv0 w [C, t0] and b [C], conv1 w [C, d, t1] and b [C],
+  // the delayed values' seed bias [Kv/2].
+  const int64_t t0c = c.cca_time0, t1c = c.cca_time1, hv = Kv / 2;
+  const int64_t sg_temp = 0, sg_w0 = sg_temp + Hk, sg_b0 = sg_w0 + C * t0c, sg_w1 = sg_b0 + C,
+                sg_b1 = sg_w1 + C * d * t1c, sg_vd = sg_b1 + C, sg_n = sg_vd + hv;
+  std::vector<float>& seq_grads = bs.seq_grads;
+  seq_grads.resize(size_t(B * sg_n));
   // Recomputation: one block's activations at a time, re-run from what the forward kept.
   LayerActivations& recomputed = bs.recomputed;
 
@@ -303,31 +317,47 @@ double zaya_backward(const ZayaModel& model, const Activations& acts, const int3
     args.key_pos0 = 0;
     args.key_stride = S * d;
     args.window = c.layer_types[li] == LayerType::HybridSliding ? c.sliding_window : 0;
-    for (int64_t b = 0; b < B; b++) {
-      const int64_t o = b * S;
+    std::fill(seq_grads.begin(), seq_grads.end(), 0.f);
+    parallel_for_dynamic(size_t(B), seq_slots, [&](size_t bi, int slot) {
+      const int64_t b = int64_t(bi), o = b * S;
+      float* sg = seq_grads.data() + b * sg_n;
+      float* frames = frames_all.data() + slot * (P + S) * C;
+      float* dframes = dframes_all.data() + slot * (P + S) * C;
       const float* qk = la.qk.data() + o * C;
       attention_backward(dqk.data() + o * C, dqk.data() + o * C + A, dvals.data() + o * Kv,
                          docat.data() + o * A, qk, C, qk + A, C, la.vals.data() + o * Kv, Kv,
                          la.lse.data() + o * Hq, pos.data(),
                          key_valid.empty() ? nullptr : key_valid.data() + o, args);
-      cca_qk_backward(dmixed.data() + o * C, draw.data() + o * C, lg.temp.f32(), dqk.data() + o * C,
+      cca_qk_backward(dmixed.data() + o * C, draw.data() + o * C, sg + sg_temp, dqk.data() + o * C,
                       la.conv.data() + o * C, la.raw.data() + o * C, lw.temp.f32(), pos.data(), S, dm,
                       c.rotary_dim(li), c.rope(li).theta);
       // Raw frames of a fresh sequence: P zero frames, then U.
-      std::fill(frames.begin(), frames.begin() + P * C, 0.f);
-      std::memcpy(frames.data() + P * C, la.raw.data() + o * C, S * C * sizeof(float));
-      cca_conv_backward(dframes.data(), lg.conv0_w.f32(), lg.conv0_b.f32(), lg.conv1_w.f32(),
-                        lg.conv1_b.f32(), dmixed.data() + o * C, la.mid.data() + b * n_mid * C, frames.data(),
-                        lw.conv0_w.f32(), lw.conv1_w.f32(), S, dm);
+      std::fill(frames, frames + P * C, 0.f);
+      std::memcpy(frames + P * C, la.raw.data() + o * C, S * C * sizeof(float));
+      cca_conv_backward(dframes, sg + sg_w0, sg + sg_b0, sg + sg_w1, sg + sg_b1, dmixed.data() + o * C,
+                        la.mid.data() + b * n_mid * C, frames, lw.conv0_w.f32(), lw.conv1_w.f32(), S, dm);
       for (int64_t k = 0; k < S * C; k++) draw[o * C + k] += dframes[P * C + k];
 
       // Fused projection gradient [ḡU | ḡVc | ḡDv] (spec §6.10): Vd[s] = Dv[s−1], Vd[0] = b_vd (fresh).
-      const int64_t hv = Kv / 2;
       for (int64_t s = 0; s < S; s++)
         std::memcpy(dqkv.data() + (o + s) * NQ, draw.data() + (o + s) * C, C * sizeof(float));
       delayed_values_backward(dqkv.data() + o * NQ + C, dqkv.data() + o * NQ + C + hv, NQ,
-                              lw.v_del_bias.data ? lg.qkv_bias.f32() + C + hv : nullptr,
-                              dvals.data() + o * Kv, S, hv);
+                              lw.v_del_bias.data ? sg + sg_vd : nullptr, dvals.data() + o * Kv, S, hv);
+    });
+    {
+      // The sequences' parameter gradients, in sequence order.
+      float* dvd = lw.v_del_bias.data ? lg.qkv_bias.f32() + C + hv : nullptr;
+      const std::pair<float*, int64_t> parts[] = {
+          {lg.temp.f32(), sg_temp}, {lg.conv0_w.f32(), sg_w0}, {lg.conv0_b.f32(), sg_b0},
+          {lg.conv1_w.f32(), sg_w1}, {lg.conv1_b.f32(), sg_b1}, {dvd, sg_vd}};
+      const int64_t ends[] = {sg_w0, sg_b0, sg_w1, sg_b1, sg_vd, sg_n};
+      for (int64_t b = 0; b < B; b++) {
+        const float* sg = seq_grads.data() + b * sg_n;
+        for (size_t k = 0; k < 6; k++) {
+          if (!parts[k].first) continue;
+          for (int64_t i = 0; i < ends[k] - parts[k].second; i++) parts[k].first[i] += sg[parts[k].second + i];
+        }
+      }
     }
     // Without attention_bias the fused bias is a constant zero: its gradient slot is unused.
     linear_backward(dh.data(), false, lg.qkv.f32(), c.attention_bias ? lg.qkv_bias.f32() : nullptr,

@@ -121,7 +121,8 @@ struct ForwardScratch {
     std::vector<float> dweight, dlogit;             // [T], [T, E+1]
     std::vector<float> dr2, dr1, drho, drho_carry;  // [T, R]
     std::vector<float> dqk, dmixed, draw, dvals, dqkv;  // [T, C] x3, [T, Kv], [T, C+Kv]
-    std::vector<float> frames, dframes;                 // [P+S, C]
+    std::vector<float> frames, dframes;                 // [slots, P+S, C] one per thread slot
+    std::vector<float> seq_grads;  // [B, n] each sequence's CCA parameter gradients, summed in order
     LayerActivations recomputed;  // with ForwardOptions::recompute: one block's, re-run from what was kept
   } backward;
   // A training step's recording (ForwardOptions::record), kept here between steps: its vectors keep their
