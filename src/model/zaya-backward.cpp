@@ -347,15 +347,16 @@ double zaya_backward(const ZayaModel& model, const Activations& acts, const int3
     {
       // The sequences' parameter gradients, in sequence order.
       float* dvd = lw.v_del_bias.data ? lg.qkv_bias.f32() + C + hv : nullptr;
-      const std::pair<float*, int64_t> parts[] = {
-          {lg.temp.f32(), sg_temp}, {lg.conv0_w.f32(), sg_w0}, {lg.conv0_b.f32(), sg_b0},
-          {lg.conv1_w.f32(), sg_w1}, {lg.conv1_b.f32(), sg_b1}, {dvd, sg_vd}};
+      const std::pair<float*, int64_t> parts[] = {{lg.temp.f32(), sg_temp},  {lg.conv0_w.f32(), sg_w0},
+                                                  {lg.conv0_b.f32(), sg_b0}, {lg.conv1_w.f32(), sg_w1},
+                                                  {lg.conv1_b.f32(), sg_b1}, {dvd, sg_vd}};
       const int64_t ends[] = {sg_w0, sg_b0, sg_w1, sg_b1, sg_vd, sg_n};
       for (int64_t b = 0; b < B; b++) {
         const float* sg = seq_grads.data() + b * sg_n;
         for (size_t k = 0; k < 6; k++) {
           if (!parts[k].first) continue;
-          for (int64_t i = 0; i < ends[k] - parts[k].second; i++) parts[k].first[i] += sg[parts[k].second + i];
+          for (int64_t i = 0; i < ends[k] - parts[k].second; i++)
+            parts[k].first[i] += sg[parts[k].second + i];
         }
       }
     }
