@@ -15,6 +15,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "core/threads.h"
 #include "io/model_inputs.h"
 #include "io/safetensors.h"
 #include "kernels/loss.h"
@@ -443,6 +444,69 @@ TEST(Grad, AccumulationOverMicroBatchesEqualsTheWholeBatch) {
   EXPECT_LE(worst, 5e-6);
   std::printf("accumulated vs whole-batch gradient: max |err| = %.3g\n", worst);
   EXPECT_THROW(run(in.input_ids.data(), targets.data(), 1, accum, 3), Error);  // total below own count
+}
+
+// A training forward runs a micro-batch's sequences one per thread (zaya.cpp: train_seg_parallel) and the
+// backward their per-sequence part likewise (zaya-backward.cpp: seq_grads). Four short rows (8 positions:
+// the convolution's dot form; 24: its small-GEMM form; 40). fp32: the batch's gradients equal the sum of
+// each row's alone (a row alone runs the one-segment path; the accumulation test's bound, ~4x the measured
+// 1.4e-6). bf16 rounds differently per product size, so there only the thread check: every gradient
+// bitwise the same with one thread as with all, except the experts' fp32 weight gradients (an expert with a
+// thread's share of the rows gets every thread on its products, whose split depends on the count).
+TEST(Grad, ShortSequenceBatchEqualsEachRowAloneOnAnyThreadCount) {
+  const std::string dir = test::golden_dir();
+  ModelInputs in = load_model_inputs(dir + "/inputs.json");
+  const int64_t B = 4;
+  std::mt19937 rng(7);
+  for (DType dt : {DType::F32, DType::BF16}) {
+    LoadOptions lo;
+    lo.compute = dt;
+    ZayaModel model = ZayaModel::load(dir, lo);
+    for (int64_t S : {8, 24, 40}) {
+      SCOPED_TRACE(std::string(dt == DType::BF16 ? "bf16" : "fp32") + ", S " + std::to_string(S));
+      std::vector<int32_t> ids(B * S), targets(B * S);
+      for (auto& id : ids) id = int32_t(3 + rng() % uint32_t(model.cfg.vocab_size - 3));
+      for (int64_t i = 0; i < B * S; i++) targets[i] = (i + 1) % S == 0 ? -100 : ids[i + 1];
+      const int64_t total = count_targets(targets.data(), B * S);
+      auto run = [&](const int32_t* id, const int32_t* tg, int64_t rows, ZayaGrads& g) {
+        ZayaCache cache(model.cfg, rows);
+        Activations acts;
+        ForwardOptions opt;
+        opt.record = &acts;
+        ForwardResult res;
+        ForwardScratch sc;
+        zaya_forward(model, cache, id, nullptr, rows, S, opt, res, sc);
+        return zaya_backward(model, acts, tg, g, total);
+      };
+      ZayaGrads batch = ZayaGrads::zeros(model.cfg), rows = ZayaGrads::zeros(model.cfg);
+      ZayaGrads one_thread = ZayaGrads::zeros(model.cfg);
+      const double loss = run(ids.data(), targets.data(), B, batch);
+      double loss_rows = 0;
+      for (int64_t b = 0; b < B; b++) loss_rows += run(ids.data() + b * S, targets.data() + b * S, 1, rows);
+      const int saved = num_threads();
+      set_num_threads(1);
+      const double loss_one = run(ids.data(), targets.data(), B, one_thread);
+      set_num_threads(saved);
+      if (dt == DType::F32) EXPECT_LE(test::abs_diff(loss_rows, loss), 1e-6);
+      EXPECT_NEAR(loss_one, loss, 1e-12 * loss);  // its fp64 sum's order follows the threads
+      auto want = rows.named(model.cfg), got = batch.named(model.cfg), one = one_thread.named(model.cfg);
+      double worst = 0;
+      int64_t bits = 0;
+      for (size_t p = 0; p < want.size(); p++) {
+        const size_t n = size_t(want[p].slot->numel());
+        const test::Diff d = test::diff(got[p].slot->f32(), want[p].slot->f32(), n);
+        if (dt == DType::F32) EXPECT_TRUE(d.within(5e-6)) << want[p].name << ": " << d.str();
+        worst = std::max(worst, d.max_abs);
+        if (dt == DType::F32 && want[p].name.find(".mlp.experts.") != std::string::npos) continue;
+        const bool differs = std::memcmp(got[p].slot->f32(), one[p].slot->f32(), n * sizeof(float)) != 0;
+        if (differs) ADD_FAILURE() << want[p].name << " differs between 1 and " << saved << " threads";
+        bits += differs;
+      }
+      EXPECT_EQ(bits, 0);
+      std::printf("%s S=%lld: batch vs rows alone max |err| %.3g\n", dt == DType::BF16 ? "bf16" : "fp32",
+                  static_cast<long long>(S), worst);
+    }
+  }
 }
 
 // ---- Activation recomputation (ForwardOptions::recompute) ----

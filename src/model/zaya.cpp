@@ -160,10 +160,16 @@ void block_forward(const ZayaModel& model, int64_t li, const BlockCall& call, fl
   // continuations of shared-context scoring) run one per thread, every kernel inside single-threaded: one
   // 20-token segment's convolution, RoPE and attention are too small to split, so threading inside them
   // paid a parallel region per kernel per segment. Long segments keep their kernels' own threads. Each
-  // thread has its own frames / mid / vals scratch. (Not for a recording forward: training keeps one order.)
+  // thread has its own frames / mid / vals scratch. A training forward (the sequences of a micro-batch, all
+  // of one length) runs every segment one per thread when there are at least as many as threads: within a
+  // long segment only attention's heads and the convolution's groups were threaded, RoPE and the rest ran on
+  // one core. Every kernel here gives each output the same bits on one thread as on many (its threads split
+  // outputs, never a sum), so the recording does not depend on the thread count.
   constexpr int64_t kShortSegment = 64;  // tokens: below this a segment's kernels are not worth splitting
-  const bool seg_parallel = !la && !call.training && n_segs > 1;
-  const int64_t seg_threads = seg_parallel ? std::max(1, omp_get_max_threads()) : 1;
+  const int max_threads = std::max(1, omp_get_max_threads());
+  const bool train_seg_parallel = (la || call.training) && n_segs > 1 && n_segs >= max_threads;
+  const bool seg_parallel = train_seg_parallel || (!la && !call.training && n_segs > 1);
+  const int64_t seg_threads = seg_parallel ? max_threads : 1;
   const int64_t frames_n = (P + Smax) * C, mid_n = (Smax + c.cca_time1 - 1) * C, vals_n = Smax * Kv;
   float* frames_all = grow(sc.frames, seg_threads * frames_n);
   float* mid_all = grow(sc.mid, seg_threads * mid_n);
@@ -299,7 +305,8 @@ void block_forward(const ZayaModel& model, int64_t li, const BlockCall& call, fl
   };
   std::vector<int64_t> short_segs, long_segs;
   for (int64_t si = 0; si < n_segs; si++)
-    (seg_parallel && call.segs[si].n < kShortSegment ? short_segs : long_segs).push_back(si);
+    (train_seg_parallel || (seg_parallel && call.segs[si].n < kShortSegment) ? short_segs : long_segs)
+        .push_back(si);
   // The short segments' grouped convolutions as one call: a decode step of B sequences reads the conv
   // weights (1.3 MB a layer for ZAYA1-8B, evicted from L2 by the expert stream between layers) once, not
   // B times. Each output keeps the bits it has in its own segment's cca_conv_forward (the same form per
@@ -307,6 +314,7 @@ void block_forward(const ZayaModel& model, int64_t li, const BlockCall& call, fl
   std::vector<int64_t> batched, batch_row0;  // segments, and their first row in the batch
   int64_t batch_T = 0;
   for (int64_t si : short_segs) {
+    if (la) break;  // a recording keeps each segment's intermediates: run_segment's own convolution
     if (!gemm_batch_invariant() && !cca_conv_dot_form(call.segs[si].n)) continue;
     batched.push_back(si);
     batch_row0.push_back(batch_T);
