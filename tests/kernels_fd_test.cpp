@@ -211,15 +211,23 @@ TEST(KernelsFd, GeluMatchesDoubleFormula) {
 }
 
 TEST(KernelsFd, SwiGlu) {
-  const int64_t N = 3, I = 4;
-  auto gu = randn(N * 2 * I, 1.5f), r = randn(N * I);
-  std::vector<float> out(N * I), dgu(N * 2 * I);
-  auto f = [&] {
-    swiglu_forward(out.data(), gu.data(), N, I);
-    return dot(out.data(), r);
-  };
-  swiglu_backward(dgu.data(), r.data(), gu.data(), N, I);
-  fd_check("gate_up", gu, dgu, f);
+  // I = 4: a partial vector only; 37: two whole 16-lane vectors and a partial one.
+  for (int64_t I : {4, 37}) {
+    const int64_t N = 3;
+    auto gu = randn(N * 2 * I, 1.5f), r = randn(N * I);
+    std::vector<float> out(N * I), dgu(N * 2 * I);
+    auto f = [&] {
+      swiglu_forward(out.data(), gu.data(), N, I);
+      return dot(out.data(), r);
+    };
+    swiglu_backward(dgu.data(), r.data(), gu.data(), N, I);
+    fd_check("gate_up, I " + std::to_string(I), gu, dgu, f);
+    // The forward against its formula with std::exp (the vector exp is within a few ulp of it).
+    for (int64_t k = 0; k < N * I; k++) {
+      const float a = gu[(k / I) * 2 * I + k % I], b = gu[(k / I) * 2 * I + I + k % I];
+      EXPECT_NEAR(out[k], a / (1.0f + std::exp(-a)) * b, 1e-6f * (1.0f + std::fabs(a * b))) << k;
+    }
+  }
 }
 
 TEST(KernelsFd, Softmax) {
