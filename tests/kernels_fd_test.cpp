@@ -222,7 +222,9 @@ TEST(KernelsFd, SwiGlu) {
     };
     swiglu_backward(dgu.data(), r.data(), gu.data(), N, I);
     fd_check("gate_up, I " + std::to_string(I), gu, dgu, f);
-    // The forward against its formula with std::exp (the vector exp is within a few ulp of it).
+    // The forward against its formula with std::exp (the vector exp is within a few ulp of it); run afresh:
+    // fd_check leaves `out` from its last perturbed call.
+    swiglu_forward(out.data(), gu.data(), N, I);
     for (int64_t k = 0; k < N * I; k++) {
       const float a = gu[(k / I) * 2 * I + k % I], b = gu[(k / I) * 2 * I + I + k % I];
       EXPECT_NEAR(out[k], a / (1.0f + std::exp(-a)) * b, 1e-6f * (1.0f + std::fabs(a * b))) << k;
