@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <random>
 
+#include "core/dtype.h"
 #include "core/error.h"
 #include "io/safetensors.h"
 #include "model/zaya-config.h"
@@ -288,6 +290,61 @@ TEST(ParamGroups, BufferAndUnknownNamesAreErrors) {
     FAIL() << "Muon on 1-D tensors accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("'norm'"), std::string::npos) << e.what();
+  }
+}
+
+// The training step's fused path (train_step.cpp): the clip factor passed to Optimizer::step and the bf16
+// compute copies written by it must give bitwise what clipping the gradients first, stepping, then rounding
+// the updated weights to bf16 gives. Muon with Nesterov momentum, plain momentum and none, AdamW for the
+// rest.
+TEST(Optimizer, FusedClipScaleAndBf16CopyEqualScalingThenStepThenRounding) {
+  ZayaConfig cfg = load_config(test::golden_dir() + "/config.json");
+  for (int variant = 0; variant < 3; variant++) {
+    SCOPED_TRACE(variant == 0 ? "nesterov" : variant == 1 ? "momentum" : "no momentum");
+    OptimConfig oc;
+    oc.muon.nesterov = variant == 0;
+    oc.muon.momentum = variant == 2 ? 0.0f : 0.95f;
+    ZayaWeights wa, wb;
+    std::vector<ParamRef> ra = golden_param_refs(cfg, wa), rb = golden_param_refs(cfg, wb);
+    const size_t np = ra.size();
+    std::vector<std::vector<float>> va(np), ga(np), vb(np), gb(np);
+    std::vector<std::vector<uint16_t>> copy(np);
+    std::mt19937 rng(11);
+    std::normal_distribution<float> normal(0.0f, 0.05f);
+    for (size_t i = 0; i < np; i++) {
+      const size_t n = size_t(shape_numel(ra[i].shape));
+      va[i].resize(n);
+      for (float& v : va[i]) v = normal(rng);
+      vb[i] = va[i];
+      ga[i].resize(n);
+      gb[i].resize(n);
+      copy[i].assign(n, 0);
+      ra[i].value = va[i].data(), ra[i].grad = ga[i].data();
+      rb[i].value = vb[i].data(), rb[i].grad = gb[i].data(), rb[i].value_bf16 = copy[i].data();
+    }
+    Optimizer oa(ra, oc), ob(rb, oc);
+    for (int step = 1; step <= 2; step++) {
+      for (size_t i = 0; i < np; i++) {
+        for (float& g : ga[i]) g = normal(rng);
+        gb[i] = ga[i];
+      }
+      const ClipResult ca = clip_grad_norm(ra, 0.5f);
+      const ClipResult cb = grad_norm_clip(rb, 0.5f);
+      ASSERT_LT(ca.scale, 0.5f);  // clipping is on: the factor must reach the update
+      ASSERT_EQ(ca.scale, cb.scale);
+      ASSERT_EQ(ca.norm, cb.norm);
+      for (size_t i = 0; i < np; i++)  // grad_norm_clip leaves the gradients as they are
+        for (size_t k = 0; k < ga[i].size(); k++) ASSERT_EQ(ga[i][k], gb[i][k] * ca.scale) << ra[i].name;
+      oa.step(ra, 1e-2f);
+      ob.step(rb, 1e-2f, cb.scale);
+      for (size_t i = 0; i < np; i++) {
+        ASSERT_EQ(0, std::memcmp(va[i].data(), vb[i].data(), va[i].size() * sizeof(float)))
+            << ra[i].name << " step " << step;
+        std::vector<uint16_t> want(va[i].size());
+        convert_f32_to_bf16(want.data(), va[i].data(), int64_t(want.size()));
+        ASSERT_EQ(want, copy[i]) << ra[i].name << " step " << step;
+      }
+    }
   }
 }
 

@@ -28,13 +28,16 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/error.h"
 #include "io/safetensors.h"
 #include "model/zaya-config.h"
+#include "model/zaya-weights.h"
 #include "test_util.h"
 #include "train/balancer.h"
 #include "train/optim_config.h"
@@ -225,6 +228,40 @@ TEST(TrainTrajectory, BalancingBiasesMatch) {
     std::printf("%s: max |diff| %.2e\n", name.c_str(), d.max_abs);
     EXPECT_TRUE(d.within(6e-8)) << name << ": " << d.str();  // measured 1.5e-8 (float rounding of the steps)
     EXPECT_NE(want.f32()[0], 0.0f) << name << ": the balancer should have moved the biases";
+  }
+}
+
+// bf16 training: the optimizer writes the bf16 compute copy of every GEMM weight as it updates it
+// (ParamRef::value_bf16, no refresh pass): after each step every compute weight is bitwise the bf16 rounding
+// of its fp32 master, and every matrix has a copy to write.
+TEST(TrainStep, Bf16ComputeWeightsFollowTheMasterAfterEveryStep) {
+  const nlohmann::json ref = test::read_json(traj_dir() + "/zaya1_split.json");
+  const SafetensorsFile f = SafetensorsFile::open(traj_dir() + "/zaya1_split.safetensors");
+  const OptimConfig oc = optim_config_of(ref["config"]);
+  const ZayaConfig mc = load_config(test::golden_dir() + "/config.json");
+  TrainModel tm = TrainModel::create(mc, test::golden_dir(), 0, DType::BF16);
+  Optimizer optim(tm.params, oc);
+  BalanceController balancer(mc.num_hidden_layers, mc.num_experts, oc.balancer);
+  ForwardScratch scratch;
+  ZayaWeights mw = tm.master.w, cw = tm.compute.w;
+  const auto master = named_params(mc, mw), compute = named_params(tm.compute.cfg, cw);
+  ASSERT_EQ(master.size(), compute.size());
+  int64_t matrices = 0, with_copy = 0;
+  for (size_t i = 0; i < master.size(); i++) matrices += master[i].is_matrix;
+  for (const ParamRef& p : tm.params) with_copy += p.value_bf16 != nullptr;
+  EXPECT_EQ(with_copy, matrices);
+  for (int64_t step = 1; step <= 3; step++) {
+    const StepResult r = train_step(tm, optim, balancer, {batch_of(f, step, 0)}, oc, step, scratch);
+    ASSERT_TRUE(r.finite) << "step " << step;
+    for (size_t i = 0; i < master.size(); i++) {
+      if (!master[i].is_matrix) continue;
+      ASSERT_EQ(compute[i].slot->dtype, DType::BF16) << compute[i].name;
+      const int64_t n = master[i].slot->numel();
+      std::vector<uint16_t> want(static_cast<size_t>(n));
+      convert_f32_to_bf16(want.data(), master[i].slot->f32(), n);
+      ASSERT_EQ(0, std::memcmp(want.data(), compute[i].slot->data, size_t(n) * 2))
+          << master[i].name << " after step " << step;
+    }
   }
 }
 

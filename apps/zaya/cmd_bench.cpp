@@ -28,11 +28,12 @@
 #include "model/zaya-flops.h"
 #include "model/zaya-init.h"
 #include "model/zaya.h"
-#include "train/clip.h"
+#include "train/balancer.h"
 #include "train/muon.h"
 #include "train/optimizer.h"
 #include "train/param_groups.h"
 #include "train/train_model.h"
+#include "train/train_step.h"
 
 namespace {
 
@@ -118,7 +119,7 @@ int bench_train(const std::string& model_dir, const std::string& config, int64_t
   zaya::apply_semantics(cfg, semantics, model_dir.empty() ? config : model_dir + "/config.json");
   zaya::train::TrainModel tm = zaya::train::TrainModel::create(cfg, model_dir, seed, dt);
   zaya::train::OptimConfig oc;
-  oc.lr = 1e-4f;
+  oc.lr = 1e-4f;  // constant schedule, grad_clip 1 (the defaults): every step a full update
   // "adamw": every parameter with AdamW, as the PyTorch baseline (torch.optim.AdamW) trains; "zaya": the
   // ZAYA1 split with Muon, whose Newton-Schulz iterations on every expert matrix cost more than the
   // forward and backward of a small batch (they amortise over ZAYA1's 16.8M-token batches).
@@ -137,53 +138,45 @@ int bench_train(const std::string& model_dir, const std::string& config, int64_t
     }
   }
   std::mt19937 rng(uint32_t(seed) + 1);
-  std::vector<int32_t> ids(B * S), targets(B * S);
-  for (auto& id : ids) id = int32_t(3 + rng() % uint32_t(cfg.vocab_size - 3));
-  for (int64_t i = 0; i < B * S; i++) targets[i] = i + 1 < B * S ? ids[i + 1] : ids[0];
+  std::vector<zaya::data::Batch> batch(1);
+  batch[0].rows = B;
+  batch[0].seq_len = S;
+  batch[0].input_ids.resize(size_t(B * S));
+  batch[0].targets.resize(size_t(B * S));
+  for (auto& id : batch[0].input_ids) id = int32_t(3 + rng() % uint32_t(cfg.vocab_size - 3));
+  for (int64_t i = 0; i < B * S; i++)
+    batch[0].targets[size_t(i)] = batch[0].input_ids[size_t(i + 1 < B * S ? i + 1 : 0)];
+  zaya::train::BalanceController balancer(cfg.num_hidden_layers, cfg.num_experts, oc.balancer);
   const double peak32 = zaya::measure_gemm_peak_gflops(zaya::DType::F32);
   const double peak16 = zaya::measure_gemm_peak_gflops(zaya::DType::BF16);
 
   zaya::ForwardScratch sc;
-  zaya::ForwardResult res;
   std::vector<double> times;
-  // Seconds per stage of the timed steps (summed, divided by the step count at the end).
+  // Seconds per stage of the timed steps (summed, divided by the step count at the end): train_step's own
+  // (train/train_step.h), so the bench times exactly what `zaya train` runs.
   const char* stage_names[] = {"zero_grads", "forward", "backward", "clip", "optimizer", "refresh_compute"};
   double stage_s[6] = {0, 0, 0, 0, 0, 0};
   size_t act_bytes = 0, block_bytes = 0;
   for (int r = 0; r <= steps; r++) {  // r == 0 is the warm-up
     zaya::profile_pause(r == 0);      // ZAYA_PROFILE reports the timed steps only
     auto t0 = std::chrono::steady_clock::now();
-    auto lap = t0;
-    auto stage_done = [&](int k) {
-      auto now = std::chrono::steady_clock::now();
-      if (r > 0) stage_s[k] += std::chrono::duration<double>(now - lap).count();
-      lap = now;
-    };
-    tm.grads.zero();
-    stage_done(0);
-    zaya::Activations& acts = sc.train_acts;  // as zaya train keeps it between steps
-    zaya::ForwardOptions fo;
-    fo.all_logits = false;
-    fo.record = &acts;
-    fo.recompute = recompute;
-    zaya::ZayaCache cache(cfg, B);
-    zaya::zaya_forward(tm.compute, cache, ids.data(), nullptr, B, S, fo, res, sc);
-    stage_done(1);
-    zaya::zaya_backward(tm.compute, acts, targets.data(), tm.grads, 0, &sc);
-    stage_done(2);
-    zaya::train::clip_grad_norm(tm.params, 1.0f);
-    stage_done(3);
-    optim.step(tm.params, 1e-4f);
-    stage_done(4);
-    tm.refresh_compute();
-    stage_done(5);
+    const zaya::train::StepResult res =
+        zaya::train::train_step(tm, optim, balancer, batch, oc, r + 1, sc, recompute);
     double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (r > 0) times.push_back(s);
+    ZAYA_CHECK(res.finite, "bench train: step ", r + 1, " was not finite (loss ", res.loss,
+               ", gradient norm ", res.grad_norm, ")");
+    if (r > 0) {
+      times.push_back(s);
+      const auto& st = res.seconds;
+      const double parts[6] = {st.zero_grads, st.forward, st.backward, st.clip, st.optimizer, st.refresh};
+      for (int k = 0; k < 6; k++) stage_s[k] += parts[k];
+    }
     // Kept by the forward for the backward; with recomputation, plus one block's full recording at a time.
+    const zaya::Activations& acts = sc.train_acts;
     act_bytes = acts.bytes();
     block_bytes = recompute ? acts.block_bytes : 0;
-    std::fprintf(stderr, "bench train: %s %d/%d  %.3f s  %.1f tok/s\n", r ? "step" : "warm-up", r, steps, s,
-                 B * S / s);
+    std::fprintf(stderr, "bench train: %s %d/%d  %.3f s  %.1f tok/s  loss %.4f\n", r ? "step" : "warm-up", r,
+                 steps, s, B * S / s, res.loss);
   }
   const double weights_mb = tm.weight_bytes() / 1e6;
   const double compute_copy_mb = dt == zaya::DType::BF16 ? weights_mb / 2 : 0;  // bf16 GEMM weights (approx.)

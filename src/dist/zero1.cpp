@@ -209,15 +209,6 @@ double Zero1::global_grad_sq() {
   return sum;
 }
 
-void Zero1::scale_owned(float scale) {
-  for (const Shard& sh : plan_.shards) {
-    if (sh.owner != comm_.rank()) continue;
-    float* g = params_[sh.param].grad;
-#pragma omp parallel for schedule(static) if (sh.end - sh.begin > (1 << 16))
-    for (int64_t i = sh.begin; i < sh.end; i++) g[i] *= scale;
-  }
-}
-
 void Zero1::broadcast_params() {
   const double t0 = now_s();
   for (const Shard& sh : plan_.shards)

@@ -77,8 +77,6 @@ class Zero1 {
   // Σ over ranks of Σ g² over owned shards (each rank's part in fixed 64K-element blocks, then rank order):
   // the squared global gradient norm, the same on every rank.
   double global_grad_sq();
-  // Multiplies the owned gradients by `scale` (clipping).
-  void scale_owned(float scale);
   // Every shard's value from its owner to every rank (after the owners' optimizer step; blocking: call it
   // right after a heartbeat).
   void broadcast_params();

@@ -24,7 +24,7 @@ double sum_squares(const float* g, int64_t n) {
 }
 }  // namespace
 
-ClipResult clip_grad_norm(const std::vector<ParamRef>& params, float max_norm) {
+ClipResult grad_norm_clip(const std::vector<ParamRef>& params, float max_norm) {
   // Σ g² over fixed blocks of 64K entries, added in block order: the norm is bitwise the same for any
   // thread count (an OpenMP reduction's combining order is unspecified), which bit-exact resume needs.
   constexpr int64_t kBlock = 1 << 16;
@@ -42,8 +42,13 @@ ClipResult clip_grad_norm(const std::vector<ParamRef>& params, float max_norm) {
   ClipResult r;
   r.norm = std::sqrt(sum_sq);  // NaN stays NaN; Inf (or an fp64 overflow, impossible from fp32) stays Inf
   r.finite = std::isfinite(r.norm);
-  if (!r.finite || max_norm <= 0 || r.norm <= max_norm) return r;
-  r.scale = float(double(max_norm) / (r.norm + 1e-6));
+  if (r.finite && max_norm > 0 && r.norm > max_norm) r.scale = float(double(max_norm) / (r.norm + 1e-6));
+  return r;
+}
+
+ClipResult clip_grad_norm(const std::vector<ParamRef>& params, float max_norm) {
+  const ClipResult r = grad_norm_clip(params, max_norm);
+  if (r.scale == 1.0f) return r;
   for (const ParamRef& p : params) {
     const int64_t n = shape_numel(p.shape);
     float* g = p.grad;

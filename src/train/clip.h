@@ -18,4 +18,8 @@ struct ClipResult {
 // as they are.
 ClipResult clip_grad_norm(const std::vector<ParamRef>& params, float max_norm);
 
+// The norm and the factor of clip_grad_norm without scaling anything: the training step passes r.scale to
+// the optimizer, which applies it as it reads each gradient (one pass over the gradients fewer).
+ClipResult grad_norm_clip(const std::vector<ParamRef>& params, float max_norm);
+
 }  // namespace zaya::train

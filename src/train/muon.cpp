@@ -135,12 +135,19 @@ float muon_update_scale(int64_t rows, int64_t cols, const MuonConfig& cfg) {
 
 namespace {
 // One matrix of muon_update: momentum, Newton–Schulz into `update` (n floats), decayed step of w.
+// grad_scale != 1: the scaled gradient is stored into `update` first and read back from there, so the
+// momentum's mu·buf + g sees the very value a clipping pass would have stored (no fma contraction of the
+// scaling into it).
 void muon_matrix(float* w, const float* g, float* buf, int64_t rows, int64_t cols, float decay, float step,
-                 const MuonConfig& cfg, float* update, std::vector<float>& scratch) {
+                 float grad_scale, const MuonConfig& cfg, float* update, std::vector<float>& scratch) {
   const int64_t n = rows * cols;
   const float mu = cfg.momentum;
+  if (grad_scale != 1.0f) {
+    for (int64_t i = 0; i < n; i++) update[i] = g[i] * grad_scale;
+    g = update;  // the loops below read g[i] before they write update[i]
+  }
   if (mu == 0.0f) {
-    std::copy(g, g + n, update);
+    if (g != update) std::copy(g, g + n, update);
   } else {
     for (int64_t i = 0; i < n; i++) {
       buf[i] = mu * buf[i] + g[i];
@@ -157,7 +164,8 @@ constexpr int64_t kPerThreadMatrixElements = 512 * 512;
 }  // namespace
 
 void muon_update(float* value, const float* grad, float* momentum, int64_t batch, int64_t rows, int64_t cols,
-                 float lr, float weight_decay, const MuonConfig& cfg, std::vector<float>& scratch) {
+                 float lr, float weight_decay, const MuonConfig& cfg, std::vector<float>& scratch,
+                 float grad_scale) {
   const int64_t n = rows * cols;
   const float decay = 1.0f - lr * weight_decay;
   const float step = lr * muon_update_scale(rows, cols, cfg);
@@ -169,14 +177,15 @@ void muon_update(float* value, const float* grad, float* momentum, int64_t batch
       std::vector<float> update(static_cast<size_t>(n)), local_scratch;
 #pragma omp for schedule(dynamic, 1)
       for (int64_t e = 0; e < batch; e++)
-        muon_matrix(value + e * n, grad + e * n, buf_of(e), rows, cols, decay, step, cfg, update.data(),
-                    local_scratch);
+        muon_matrix(value + e * n, grad + e * n, buf_of(e), rows, cols, decay, step, grad_scale, cfg,
+                    update.data(), local_scratch);
     }
     return;
   }
   std::vector<float> update(static_cast<size_t>(n));
   for (int64_t e = 0; e < batch; e++)
-    muon_matrix(value + e * n, grad + e * n, buf_of(e), rows, cols, decay, step, cfg, update.data(), scratch);
+    muon_matrix(value + e * n, grad + e * n, buf_of(e), rows, cols, decay, step, grad_scale, cfg,
+                update.data(), scratch);
 }
 
 }  // namespace zaya::train

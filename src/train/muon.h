@@ -32,8 +32,10 @@ float muon_update_scale(int64_t rows, int64_t cols, const MuonConfig& cfg);
 
 // One Muon step on `batch` independent matrices [rows, cols] stored back to back (an expert tensor
 // [E, R, C] is batch = E): value, grad and momentum (unused when cfg.momentum == 0) hold batch·rows·cols
-// floats. lr and weight_decay are the group's.
+// floats. lr and weight_decay are the group's. grad_scale multiplies every gradient as it is read (the
+// clipping factor; bitwise as if the gradients had been scaled before the call).
 void muon_update(float* value, const float* grad, float* momentum, int64_t batch, int64_t rows, int64_t cols,
-                 float lr, float weight_decay, const MuonConfig& cfg, std::vector<float>& scratch);
+                 float lr, float weight_decay, const MuonConfig& cfg, std::vector<float>& scratch,
+                 float grad_scale = 1.0f);
 
 }  // namespace zaya::train

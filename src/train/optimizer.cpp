@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "core/dtype.h"
 #include "core/error.h"
 #include "train/adamw.h"
 #include "train/muon.h"
@@ -93,7 +94,7 @@ Optimizer::Optimizer(const std::vector<ParamRef>& params, std::vector<ParamGroup
   step_tensor_ = Tensor::empty(DType::I64, {1});
 }
 
-void Optimizer::step(const std::vector<ParamRef>& params, float lr) {
+void Optimizer::step(const std::vector<ParamRef>& params, float lr, float grad_scale) {
   ZAYA_CHECK(params.size() == num_params_, "optimizer step: got ", params.size(), " parameters, built for ",
              num_params_);
   const int64_t t = steps_ + 1;
@@ -105,15 +106,24 @@ void Optimizer::step(const std::vector<ParamRef>& params, float lr) {
     const float group_lr = lr * s.lr_scale;
     float* value = p.value + s.begin;
     const float* grad = p.grad + s.begin;
+    uint16_t* value_bf16 = p.value_bf16 ? p.value_bf16 + s.begin : nullptr;
     if (s.kind == OptimKind::AdamW) {
       adamw_update(value, grad, s.exp_avg.f32(), s.exp_avg_sq.f32(), s.end - s.begin, group_lr,
-                   s.weight_decay, cfg_.adamw, t);
+                   s.weight_decay, cfg_.adamw, t, grad_scale, value_bf16);
     } else {
       // Leading dims are a batch of independent matrices (experts [E, R, C]); a shard holds whole ones.
       const int64_t rows = p.shape[p.shape.size() - 2], cols = p.shape.back();
       const int64_t batch = (s.end - s.begin) / std::max<int64_t>(1, rows * cols);
       float* momentum = s.momentum.defined() ? s.momentum.f32() : nullptr;
-      muon_update(value, grad, momentum, batch, rows, cols, group_lr, s.weight_decay, cfg_.muon, scratch_);
+      muon_update(value, grad, momentum, batch, rows, cols, group_lr, s.weight_decay, cfg_.muon, scratch_,
+                  grad_scale);
+      // Newton-Schulz dominates a Muon update; the bf16 copy follows in pieces over the threads.
+      if (value_bf16) {
+        const int64_t n = s.end - s.begin, piece = int64_t(1) << 16;
+#pragma omp parallel for schedule(static) if (n > 4 * piece)
+        for (int64_t j = 0; j < n; j += piece)
+          convert_f32_to_bf16(value_bf16 + j, value + j, std::min(piece, n - j));
+      }
     }
   }
   steps_ = t;

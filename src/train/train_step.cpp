@@ -53,7 +53,15 @@ StepResult train_step(TrainModel& tm, Optimizer& optim, BalanceController& balan
     });
   }
 
+  using clock = std::chrono::steady_clock;
+  auto lap = clock::now();
+  auto stage_done = [&lap](double& seconds) {
+    const auto now = clock::now();
+    seconds += std::chrono::duration<double>(now - lap).count();
+    lap = now;
+  };
   tm.grads.zero();
+  stage_done(r.seconds.zero_grads);
   ForwardOptions fo;
   fo.all_logits = false;  // the backward recomputes the logits chunk by chunk
   fo.recompute = recompute;
@@ -64,12 +72,14 @@ StepResult train_step(TrainModel& tm, Optimizer& optim, BalanceController& balan
     fo.record = &acts;
     ZayaCache cache(mc, b.rows);
     zaya_forward(tm.compute, cache, b.input_ids.data(), nullptr, b.rows, b.seq_len, fo, res, scratch);
+    stage_done(r.seconds.forward);
     // The last micro-batch finishes each block's gradients: data parallelism starts reducing them then.
     std::function<void(int64_t)> block_done;
     if (dp && m + 1 == micro_batches.size()) block_done = [dp](int64_t layer) { dp->block_done(layer); };
     r.loss += zaya_backward(tm.compute, acts, b.targets.data(), tm.grads, r.targets, &scratch, block_done);
     for (int64_t l = 0; l < L; l++)
       for (int32_t ch : acts.layers[l].choice) r.counts[size_t(l * (E + 1) + ch)]++;
+    stage_done(r.seconds.backward);
   }
 
   ClipResult clip;
@@ -81,31 +91,33 @@ StepResult train_step(TrainModel& tm, Optimizer& optim, BalanceController& balan
       r.loss = comm->sum_in_rank_order(r.loss, "loss");
       comm->allreduce_sum(r.counts.data(), int64_t(r.counts.size()), "expert counts");
     });
-    // torch's clip_grad_norm_ formula on the global norm, applied by each owner to its shards.
+    // torch's clip_grad_norm_ formula on the global norm; each owner's optimizer applies it to its shards.
     clip.norm = std::sqrt(dp->global_grad_sq());
     clip.finite = std::isfinite(clip.norm);
-    if (clip.finite && optim_cfg.grad_clip > 0 && clip.norm > optim_cfg.grad_clip) {
+    if (clip.finite && optim_cfg.grad_clip > 0 && clip.norm > optim_cfg.grad_clip)
       clip.scale = float(double(optim_cfg.grad_clip) / (clip.norm + 1e-6));
-      dp->scale_owned(clip.scale);
-    }
   } else {
-    clip = clip_grad_norm(tm.params, optim_cfg.grad_clip);
+    clip = grad_norm_clip(tm.params, optim_cfg.grad_clip);
   }
+  stage_done(r.seconds.clip);
   r.grad_norm = clip.norm;
   r.clipped = clip.finite && optim_cfg.grad_clip > 0 && clip.norm > optim_cfg.grad_clip;
   r.lr = lr_at(optim_cfg.schedule, optim_cfg.lr, step - 1);
   r.finite = clip.finite && std::isfinite(r.loss);
   if (!r.finite) return r;  // every rank sees the same norm and loss: all skip together
   if (reject && (r.rejected = reject(r.loss))) return r;
-  optim.step(tm.params, float(r.lr));
+  // The clip factor and the bf16 compute copies go with the update (ParamRef::value_bf16).
+  optim.step(tm.params, float(r.lr), clip.scale);
+  stage_done(r.seconds.optimizer);
   if (dp) {
     small_comm([&] { comm->heartbeat(str_cat("the parameter broadcast of step ", step)); });
     dp->broadcast_params();
+    tm.refresh_compute();  // the shards other ranks updated arrived in fp32
+    stage_done(r.seconds.refresh);
   }
   std::vector<float*> biases;
   for (auto& layer : tm.master.w.layers) biases.push_back(layer.balancing_biases.f32());
   balancer.update(r.counts.data(), biases);
-  tm.refresh_compute();
   return r;
 }
 

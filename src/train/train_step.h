@@ -30,6 +30,14 @@ struct StepResult {
   int64_t targets = 0;             // counted targets of the step
   std::vector<int64_t> counts;  // [L, E+1] tokens routed to each expert (index E = skip), all micro-batches
                                 // (data-parallel: of every rank)
+  // Wall seconds of the step's stages (zaya bench train reports them): zeroing the gradients, the forwards,
+  // the backwards (data parallel: with the overlapped reduction; the wait for its end counts in `clip`),
+  // the gradient norm, the optimizer update (with the fused clip factor and bf16 copies) and the refresh of
+  // the bf16 compute weights after the data-parallel broadcast (0 in a single process: the optimizer wrote
+  // them).
+  struct Seconds {
+    double zero_grads = 0, forward = 0, backward = 0, clip = 0, optimizer = 0, refresh = 0;
+  } seconds;
 };
 
 // Runs update `step` (1-based; the schedule sees step - 1) on `tm` from `micro_batches` (gradient
@@ -38,7 +46,8 @@ struct StepResult {
 //   [0, vocab_size) (zaya::Error naming the micro-batch otherwise); at least one micro-batch.
 //   optim_cfg: grad_clip, lr and schedule are read here; `optim` and `balancer` were built from it.
 // On a finite step: optimizer update of the master weights, balancer update of the balancing biases from
-// the step's counts, compute weights refreshed. Gradients are left in tm.grads (clipped).
+// the step's counts, compute weights refreshed. Gradients are left in tm.grads as the backward summed them
+// (unclipped: the optimizer applies the clip factor as it reads them).
 // recompute: activation recomputation (ForwardOptions::recompute; bitwise the same step, less memory).
 // reject: asked with the (global) loss of a finite step before its update; a non-null reason (a loss spike)
 // skips the update exactly as a non-finite step does.
@@ -46,8 +55,8 @@ struct StepResult {
 // step's global micro-batches (DataLoader::next_batch(B, S, rank, world)); the target count, loss, expert
 // counts and gradient norm are global (the same on every rank); `optim` holds this rank's shards
 // (dp->plan().owned(rank)) and updates only them, then every shard is broadcast from its owner, so all ranks
-// end the step with the same weights and balancer state. Only owned gradient entries are left reduced and
-// clipped in tm.grads. Without dp (or in a world of one) the step is exactly the single-process one.
+// end the step with the same weights and balancer state. Only owned gradient entries are left reduced
+// in tm.grads. Without dp (or in a world of one) the step is exactly the single-process one.
 StepResult train_step(TrainModel& tm, Optimizer& optim, BalanceController& balancer,
                       const std::vector<data::Batch>& micro_batches, const OptimConfig& optim_cfg,
                       int64_t step, ForwardScratch& scratch, bool recompute = false,

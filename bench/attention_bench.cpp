@@ -1,0 +1,84 @@
+// Attention speed as training runs it: one sequence per thread (every thread of the pool busy with its own
+// sequence, kernels single-threaded inside), forward with the log-sum-exp and the backward that recomputes
+// the probabilities. Shape of configs/mid.json (8 query heads, 2 KV heads, head_dim 64) unless the args say.
+// GFLOP/s count the causal half only (Q·Kᵀ and P·V forward: 4·S·ctx·Hq·d; backward 2.5x that).
+#include <benchmark/benchmark.h>
+
+#include <random>
+#include <vector>
+
+#include "core/threads.h"
+#include "kernels/attention.h"
+
+using namespace zaya;
+
+namespace {
+
+struct AttentionCase {
+  int64_t S, Hq, Hk, d;
+  std::vector<float> q, k, v, out, lse, dout, dq, dk, dv;
+  std::vector<int64_t> pos;
+  AttentionArgs args() const {
+    AttentionArgs a;
+    a.S = S, a.Hq = Hq, a.Hk = Hk, a.d = d, a.n_keys = S, a.key_pos0 = 0, a.key_stride = S * d;
+    return a;
+  }
+  AttentionCase(int64_t S_, int64_t Hq_, int64_t Hk_, int64_t d_, uint32_t seed)
+      : S(S_), Hq(Hq_), Hk(Hk_), d(d_) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal;
+    auto fill = [&](std::vector<float>& x, size_t n) {
+      x.resize(n);
+      for (float& e : x) e = normal(rng);
+    };
+    fill(q, size_t(S * Hq * d));
+    fill(k, size_t(S * Hk * d));
+    fill(v, size_t(S * Hk * d));
+    fill(dout, size_t(S * Hq * d));
+    out.assign(size_t(S * Hq * d), 0.f);
+    lse.assign(size_t(S * Hq), 0.f);
+    dq.assign(q.size(), 0.f);
+    dk.assign(k.size(), 0.f);
+    dv.assign(v.size(), 0.f);
+    pos.resize(size_t(S));
+    for (int64_t t = 0; t < S; t++) pos[size_t(t)] = t;
+  }
+  // Forward reads k, v head-major [Hk, S, d]; the backward token-major [S, Hk·d]: the same buffers serve
+  // both (the values differ, the work does not).
+  void forward() {
+    attention_forward(out.data(), lse.data(), q.data(), Hq * d, k.data(), v.data(), pos.data(), nullptr,
+                      args());
+  }
+  void backward() {
+    attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), Hq * d, k.data(), Hk * d,
+                       v.data(), Hk * d, lse.data(), pos.data(), nullptr, args());
+  }
+};
+
+double causal_flops(int64_t S, int64_t Hq, int64_t d) {
+  return 4.0 * double(S) * (double(S) + 1) / 2 * double(Hq) * double(d);
+}
+
+// Args: S, Hq, Hk, d, pass (0 forward, 1 backward).
+void BM_AttentionPerThread(benchmark::State& state) {
+  const int64_t S = state.range(0), Hq = state.range(1), Hk = state.range(2), d = state.range(3);
+  const bool backward = state.range(4) != 0;
+  const int nt = num_threads();
+  std::vector<AttentionCase> cases;
+  for (int i = 0; i < nt; i++) cases.emplace_back(S, Hq, Hk, d, uint32_t(i + 1));
+  for (auto& c : cases) c.forward();  // the lse the backward needs
+  for (auto _ : state) {
+#pragma omp parallel for num_threads(nt) schedule(static, 1)
+    for (int i = 0; i < nt; i++) backward ? cases[size_t(i)].backward() : cases[size_t(i)].forward();
+  }
+  state.SetLabel(backward ? "backward" : "forward");
+  const double flops = causal_flops(S, Hq, d) * (backward ? 2.5 : 1.0) * nt;
+  state.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_AttentionPerThread)
+    ->ArgsProduct({{512}, {8}, {2}, {64}, {0, 1}})
+    ->ArgsProduct({{2048}, {8}, {2}, {64}, {0, 1}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+}  // namespace
