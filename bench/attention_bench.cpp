@@ -5,6 +5,7 @@
 #include <benchmark/benchmark.h>
 
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/threads.h"
@@ -16,11 +17,13 @@ namespace {
 
 struct AttentionCase {
   int64_t S, Hq, Hk, d;
+  DType gemm_dtype = DType::F32;
   std::vector<float> q, k, v, out, lse, dout, dq, dk, dv;
   std::vector<int64_t> pos;
   AttentionArgs args() const {
     AttentionArgs a;
     a.S = S, a.Hq = Hq, a.Hk = Hk, a.d = d, a.n_keys = S, a.key_pos0 = 0, a.key_stride = S * d;
+    a.gemm_dtype = gemm_dtype;
     return a;
   }
   AttentionCase(int64_t S_, int64_t Hq_, int64_t Hk_, int64_t d_, uint32_t seed)
@@ -59,25 +62,29 @@ double causal_flops(int64_t S, int64_t Hq, int64_t d) {
   return 4.0 * double(S) * (double(S) + 1) / 2 * double(Hq) * double(d);
 }
 
-// Args: S, Hq, Hk, d, pass (0 forward, 1 backward).
+// Args: S, Hq, Hk, d, pass (0 forward, 1 backward), products (0 fp32, 1 bf16 operands).
 void BM_AttentionPerThread(benchmark::State& state) {
   const int64_t S = state.range(0), Hq = state.range(1), Hk = state.range(2), d = state.range(3);
   const bool backward = state.range(4) != 0;
+  const DType products = state.range(5) ? DType::BF16 : DType::F32;
   const int nt = num_threads();
   std::vector<AttentionCase> cases;
-  for (int i = 0; i < nt; i++) cases.emplace_back(S, Hq, Hk, d, uint32_t(i + 1));
+  for (int i = 0; i < nt; i++) {
+    cases.emplace_back(S, Hq, Hk, d, uint32_t(i + 1));
+    cases.back().gemm_dtype = products;
+  }
   for (auto& c : cases) c.forward();  // the lse the backward needs
   for (auto _ : state) {
 #pragma omp parallel for num_threads(nt) schedule(static, 1)
     for (int i = 0; i < nt; i++) backward ? cases[size_t(i)].backward() : cases[size_t(i)].forward();
   }
-  state.SetLabel(backward ? "backward" : "forward");
+  state.SetLabel(std::string(backward ? "backward " : "forward ") + dtype_name(products));
   const double flops = causal_flops(S, Hq, d) * (backward ? 2.5 : 1.0) * nt;
   state.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_AttentionPerThread)
-    ->ArgsProduct({{512}, {8}, {2}, {64}, {0, 1}})
-    ->ArgsProduct({{2048}, {8}, {2}, {64}, {0, 1}})
+    ->ArgsProduct({{512}, {8}, {2}, {64}, {0, 1}, {0, 1}})
+    ->ArgsProduct({{2048}, {8}, {2}, {64}, {0, 1}, {0, 1}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

@@ -194,6 +194,12 @@ void convert_f32_to_bf16(uint16_t* dst, const float* src, int64_t n) {
   for (; i < n; i++) dst[i] = f32_to_bf16(src[i]);
 }
 
+void convert_f32_to_bf16_threaded(uint16_t* dst, const float* src, int64_t n) {
+  constexpr int64_t kPiece = int64_t(1) << 16;
+#pragma omp parallel for schedule(static) if (n > 4 * kPiece)
+  for (int64_t p = 0; p < n; p += kPiece) convert_f32_to_bf16(dst + p, src + p, std::min(kPiece, n - p));
+}
+
 void round_f32_to_bf16_values(float* dst, const float* src, int64_t n) {
   int64_t i = 0;
 #if defined(__AVX2__)

@@ -41,6 +41,9 @@ uint16_t f32_to_f16(float f);
 // Bulk conversions (vectorised by the compiler; n elements).
 void convert_bf16_to_f32(float* dst, const uint16_t* src, int64_t n);
 void convert_f32_to_bf16(uint16_t* dst, const float* src, int64_t n);
+// The same, in 64K-element pieces over the OpenMP threads when n is large (a memory-bound pass one core
+// cannot saturate); inside a parallel region it runs on the calling thread. The same bits either way.
+void convert_f32_to_bf16_threaded(uint16_t* dst, const float* src, int64_t n);
 // dst[i] = bf16_to_f32(f32_to_bf16(src[i])): fp32 values rounded to bf16 precision, kept in fp32 (dst may be
 // src).
 void round_f32_to_bf16_values(float* dst, const float* src, int64_t n);

@@ -12,6 +12,7 @@
 #include "core/profile.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_small.h"
+#include "kernels/vec_exp.h"
 #include "kernels/vec_math.h"
 
 namespace zaya {
@@ -209,6 +210,194 @@ void attention_blocks(float* out, float* lse, const float* q, int64_t q_stride, 
   }
 }
 
+#if defined(__AVX512F__)
+// Fused (flash-style) forward of one query head over a block of 16 queries, fp32 throughout, for head_dim a
+// multiple of 16 (spec §5.5g; the online softmax of FlashAttention-2, Dao 2023, Algorithm 1):
+//   for each block of 16 keys in the query block's visible range:
+//     S = Q·Kᵀ·scale,  m' = max(m, rowmax S),  P = exp(S − m') (0 where masked),
+//     l = l·e^(m−m') + rowsum P,  O = O·e^(m−m') + P·V
+//   out = O / l, lse = m + log l.
+// The queries sit in the vector lanes (Sᵀ: one 16-lane vector per key), so the row max, the row sums, the
+// rescaling and the masks are element-wise across vectors, and every product broadcasts one key or value
+// element at a constant offset. The scores never leave registers and L1 (the GEMM path wrote [128, keys]
+// score blocks to memory and read them three times, and ran its K = 64 products at ~80 GFLOP/s a core).
+//   qt [d][16]: the block's queries transposed; kt [d][kt_stride]: the KV head's keys transposed (zero past
+//   the last key); v [n, d]: its values; first/last [16]: each query's visible keys (first > last: none).
+// Each query's result depends only on its own visible keys and the key blocks (which start at the query
+// block's first visible key): never on the thread count.
+constexpr int64_t kFlashRows = 16, kFlashKeys = 16;
+
+// Row stride of transposed keys or values [d][stride] for n keys: n rounded up to whole key blocks, plus one
+// block when that is an even number of 64-byte lines (a power-of-two stride, 2 KB for 512 keys, put the d
+// lines a key block reads, and the transpose writes, into 2 of L1's 64 sets).
+int64_t flash_key_stride(int64_t n) {
+  int64_t stride = (n + kFlashKeys - 1) / kFlashKeys * kFlashKeys;
+  if ((stride / kFlashKeys) % 2 == 0) stride += kFlashKeys;
+  return stride;
+}
+
+// dst[c][i] = src[i·ld + c] for c < d, i < n; zero for i in [n, stride). 16 keys at a time, so that their d
+// destination lines stay in L1 while the 16 fill them (a key at a time wrote a new line per element).
+void transpose_keys(float* dst, int64_t stride, const float* src, int64_t ld, int64_t n, int64_t d) {
+  for (int64_t c = 0; c < d; c++) std::fill(dst + c * stride + n, dst + (c + 1) * stride, 0.f);
+  for (int64_t i0 = 0; i0 < n; i0 += kFlashKeys)
+    for (int64_t i = i0; i < std::min(n, i0 + kFlashKeys); i++)
+      for (int64_t c = 0; c < d; c++) dst[c * stride + i] = src[i * ld + c];
+}
+
+// Per query of a block of 16: its visible keys [first, last] (first > last: none; rows past `rows` see
+// nothing), and the union [key_lo, key_hi) (key_lo = key_hi when nothing is visible).
+void flash_visible(int32_t* first, int32_t* last, int64_t* key_lo, int64_t* key_hi, const int64_t* q_pos,
+                   int64_t rows, const AttentionArgs& a) {
+  const int64_t n = a.n_keys;
+  int64_t lo = n, hi = 0;
+  for (int64_t i = 0; i < kFlashRows; i++) {
+    first[i] = 1, last[i] = 0;
+    if (i >= rows) continue;
+    int64_t f, e;
+    visible_range(q_pos[i], a, &f, &e);
+    f = std::max<int64_t>(f, 0);
+    e = std::min<int64_t>(e, n - 1);
+    if (e < f) continue;
+    first[i] = int32_t(f), last[i] = int32_t(e);
+    lo = std::min(lo, f);
+    hi = std::max(hi, e + 1);
+  }
+  *key_lo = lo;
+  *key_hi = std::max(lo, hi);
+}
+
+// The mask of queries (lanes) that see key j0 + j of a block of nb keys: all 16 when the block lies inside
+// every query's range (`unmasked`), none past the block's end or for a padded key.
+inline __mmask16 flash_seen(bool unmasked, int64_t j0, int j, int64_t nb, const uint8_t* key_valid,
+                            __m512i vfirst, __m512i vlast) {
+  if (unmasked) return 0xffff;
+  if (j >= nb || (key_valid && !key_valid[j0 + j])) return 0;
+  const __m512i key = _mm512_set1_epi32(int32_t(j0 + j));
+  return __mmask16(_mm512_cmple_epi32_mask(vfirst, key) & _mm512_cmpge_epi32_mask(vlast, key));
+}
+
+// acc[j] = Σ_c xt[c][lanes] · yt[c][j0 + j] for the 16 keys j of a block: Q·Kᵀ (or ḡO·Vᵀ) of 16 queries
+// (lanes) and 16 keys, xt [d][16] the queries' rows transposed, yt [d][stride] the keys'.
+inline void flash_scores(__m512* acc, const float* xt, const float* yt, int64_t stride, int64_t j0,
+                         int64_t d) {
+#pragma GCC unroll 16
+  for (int j = 0; j < kFlashKeys; j++) acc[j] = _mm512_setzero_ps();
+  for (int64_t c = 0; c < d; c++) {
+    const __m512 xc = _mm512_loadu_ps(xt + c * kFlashRows);
+    const float* yc = yt + c * stride + j0;
+#pragma GCC unroll 16
+    for (int j = 0; j < kFlashKeys; j++) acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(yc[j]), xc, acc[j]);
+  }
+}
+
+void flash_query_block(float* out, int64_t out_stride, float* lse, int64_t lse_stride, const float* qt,
+                       const float* kt, int64_t kt_stride, const float* v, const int32_t* first,
+                       const int32_t* last, int64_t rows, int64_t key_lo, int64_t key_hi,
+                       const uint8_t* key_valid, int64_t d, float scale) {
+  using vec_exp::exp_ps;
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  thread_local std::vector<float> ot_buf;  // [d][16] Oᵀ, the running output
+  ot_buf.assign(size_t(d * kFlashRows), 0.f);
+  float* ot = ot_buf.data();
+  alignas(64) float p_tile[kFlashKeys][kFlashRows];  // Pᵀ of the key block
+  const __m512i vfirst = _mm512_loadu_si512(first), vlast = _mm512_loadu_si512(last);
+  const __m512 vscale = _mm512_set1_ps(scale), neg_inf = _mm512_set1_ps(kNegInf);
+  __m512 m = neg_inf, l = _mm512_setzero_ps();
+  int32_t min_last = INT32_MAX,
+          max_first = INT32_MIN;  // a key block inside every query's range needs no mask
+  for (int64_t i = 0; i < rows; i++)
+    min_last = std::min(min_last, last[i]), max_first = std::max(max_first, first[i]);
+  for (int64_t j0 = key_lo; j0 < key_hi; j0 += kFlashKeys) {
+    const int64_t nb = std::min(kFlashKeys, key_hi - j0);
+    // Sᵀ: one accumulator per key, the queries in its lanes.
+    __m512 acc[kFlashKeys];
+    flash_scores(acc, qt, kt, kt_stride, j0, d);
+    const bool unmasked =
+        nb == kFlashKeys && rows == kFlashRows && max_first <= j0 && min_last >= j0 + nb - 1 && !key_valid;
+    __m512 block_max = neg_inf;
+    __mmask16 seen[kFlashKeys];
+#pragma GCC unroll 16
+    for (int j = 0; j < kFlashKeys; j++) {
+      acc[j] = _mm512_mul_ps(acc[j], vscale);
+      seen[j] = flash_seen(unmasked, j0, j, nb, key_valid, vfirst, vlast);
+      block_max = _mm512_mask_max_ps(block_max, seen[j], block_max, acc[j]);
+    }
+    const __m512 m_new = _mm512_max_ps(m, block_max);
+    // α = e^(m − m'); 0 for a query that has seen nothing yet (m = m' = −inf: O and l are 0 anyway).
+    const __mmask16 live = _mm512_cmp_ps_mask(m_new, neg_inf, _CMP_NEQ_OQ);
+    const __m512 alpha = _mm512_maskz_mov_ps(live, exp_ps(_mm512_sub_ps(m, m_new)));
+    __m512 sum = _mm512_setzero_ps();
+#pragma GCC unroll 16
+    for (int j = 0; j < kFlashKeys; j++) {
+      const __m512 pj = _mm512_maskz_mov_ps(seen[j], exp_ps(_mm512_sub_ps(acc[j], m_new)));
+      sum = _mm512_add_ps(sum, pj);
+      _mm512_store_ps(p_tile[j], pj);
+    }
+    l = _mm512_fmadd_ps(l, alpha, sum);
+    m = m_new;
+    // Oᵀ = Oᵀ·α + Pᵀ-weighted rows of V, 16 head-dim columns at a time.
+    for (int64_t c0 = 0; c0 < d; c0 += 16) {
+      __m512 oc[16];
+#pragma GCC unroll 16
+      for (int cc = 0; cc < 16; cc++)
+        oc[cc] = _mm512_mul_ps(_mm512_loadu_ps(ot + (c0 + cc) * kFlashRows), alpha);
+      for (int64_t j = 0; j < nb; j++) {
+        const __m512 pj = _mm512_load_ps(p_tile[j]);
+        const float* vj = v + (j0 + j) * d + c0;
+#pragma GCC unroll 16
+        for (int cc = 0; cc < 16; cc++) oc[cc] = _mm512_fmadd_ps(_mm512_set1_ps(vj[cc]), pj, oc[cc]);
+      }
+#pragma GCC unroll 16
+      for (int cc = 0; cc < 16; cc++) _mm512_storeu_ps(ot + (c0 + cc) * kFlashRows, oc[cc]);
+    }
+  }
+  alignas(64) float l_rows[kFlashRows], m_rows[kFlashRows];
+  _mm512_store_ps(l_rows, l);
+  _mm512_store_ps(m_rows, m);
+  for (int64_t i = 0; i < rows; i++) {
+    float* dst = out + i * out_stride;
+    if (l_rows[i] == 0.f) {  // no visible key (a padding query): zero output, lse −inf
+      std::fill(dst, dst + d, 0.f);
+      if (lse) lse[i * lse_stride] = kNegInf;
+      continue;
+    }
+    const float inv = 1.f / l_rows[i];
+    for (int64_t c = 0; c < d; c++) dst[c] = ot[c * kFlashRows + i] * inv;
+    if (lse) lse[i * lse_stride] = m_rows[i] + std::log(l_rows[i]);
+  }
+}
+
+// attention_forward's fused path: every (query head, block of 16 queries) as one item, over the threads.
+void attention_flash(float* out, float* lse, const float* q, int64_t q_stride, const float* k, const float* v,
+                     const int64_t* q_pos, const uint8_t* key_valid, const AttentionArgs& a) {
+  const int64_t G = a.Hq / a.Hk, d = a.d, S = a.S, n = a.n_keys;
+  const float scale = 1.0f / std::sqrt(float(d));
+  const int64_t kt_stride = flash_key_stride(n);
+  std::vector<float> kt(size_t(a.Hk * d * kt_stride));  // [Hk][d][kt_stride] the keys of each KV head
+  for (int64_t j = 0; j < a.Hk; j++)
+    transpose_keys(kt.data() + j * d * kt_stride, kt_stride, k + j * a.key_stride, d, n, d);
+  const int64_t n_blocks = (S + kFlashRows - 1) / kFlashRows;
+#pragma omp parallel for collapse(2) schedule(dynamic, 1) if (S * a.Hq * n > 2048)
+  for (int64_t h = 0; h < a.Hq; h++) {
+    for (int64_t qb = 0; qb < n_blocks; qb++) {
+      const int64_t t0 = qb * kFlashRows, rows = std::min(kFlashRows, S - t0);
+      int32_t first[kFlashRows], last[kFlashRows];
+      int64_t key_lo, key_hi;
+      flash_visible(first, last, &key_lo, &key_hi, q_pos + t0, rows, a);
+      thread_local std::vector<float> qt;  // [d][16] the block's queries transposed
+      qt.assign(size_t(d * kFlashRows), 0.f);
+      for (int64_t i = 0; i < rows; i++)
+        for (int64_t c = 0; c < d; c++) qt[size_t(c * kFlashRows + i)] = q[(t0 + i) * q_stride + h * d + c];
+      const int64_t j = h / G;
+      flash_query_block(out + t0 * a.Hq * d + h * d, a.Hq * d, lse ? lse + t0 * a.Hq + h : nullptr, a.Hq,
+                        qt.data(), kt.data() + j * d * kt_stride, kt_stride, v + j * a.key_stride, first,
+                        last, rows, key_lo, key_hi, key_valid, d, scale);
+    }
+  }
+}
+#endif
+
 }  // namespace
 
 void attention_forward(float* out, float* lse, const float* q, int64_t q_stride, const float* k,
@@ -228,6 +417,11 @@ void attention_forward(float* out, float* lse, const float* q, int64_t q_stride,
   // Few queries (decode, speculative chunks): per-row dot products. From 8 queries the blocked path's GEMMs
   // win: 20-query chunks against a 100-key cache ran 2.8x faster there (zaya bench eval --way shared).
   if (a.S < 8) return attention_rows(out, lse, q, q_stride, k, v, q_pos, key_valid, a);
+#if defined(__AVX512F__)
+  // AVX-512 and head_dim a multiple of 16 (mid.json 64, ZAYA1-8B 128): the fused kernel, in fp32 whatever
+  // gemm_dtype says (its products are not GEMM calls; fp32 costs nothing there and keeps the scores exact).
+  if (a.d % 16 == 0) return attention_flash(out, lse, q, q_stride, k, v, q_pos, key_valid, a);
+#endif
   attention_blocks(out, lse, q, q_stride, k, v, q_pos, key_valid, a, a.gemm_dtype == DType::BF16,
                    /*parallel=*/true, /*invariant=*/false);
 }

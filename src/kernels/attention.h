@@ -14,9 +14,10 @@ struct AttentionArgs {
   int64_t key_pos0;
   int64_t key_stride;  // elements between consecutive heads in k/v (>= n_keys * d)
   int64_t window;      // sliding window W (query i sees keys i-W < j <= i); 0 = global
-  // BF16: the Q·Kᵀ and P·V products of the long-chunk path take bf16 inputs (fp32 accumulation, fp32
+  // BF16: the Q·Kᵀ and P·V products of the blocked GEMM path take bf16 inputs (fp32 accumulation, fp32
   // softmax), as a bf16 model's attention does. F32 everywhere else (and always for training, whose
-  // backward recomputes the probabilities in fp32 from the saved log-sum-exp).
+  // backward recomputes the probabilities in fp32 from the saved log-sum-exp). Chunks of 8+ queries with
+  // head_dim a multiple of 16 on AVX-512 take the fused kernel (attention.cpp), fp32 whatever this says.
   DType gemm_dtype = DType::F32;
 };
 

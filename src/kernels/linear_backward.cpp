@@ -19,8 +19,8 @@ void linear_backward(float* dx, bool accumulate, float* dW, float* db, const flo
   if (W.dtype == DType::BF16) {
     dy16.resize(M * N);
     x16.resize(M * K);
-    convert_f32_to_bf16(dy16.data(), dy, M * N);
-    convert_f32_to_bf16(x16.data(), x, M * K);
+    convert_f32_to_bf16_threaded(dy16.data(), dy, M * N);
+    convert_f32_to_bf16_threaded(x16.data(), x, M * K);
     dy_ref = {dy16.data(), DType::BF16, N, false};
     x_ref = {x16.data(), DType::BF16, K, false};
   }

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "kernels/lane_sum.h"
+#include "kernels/vec_exp.h"
 
 #if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
@@ -16,16 +17,9 @@
 
 namespace zaya {
 
-namespace {
+using namespace vec_exp;  // the constants and exp_ps (vec_exp.h)
 
-// Cephes expf: x = n·ln2 + r with |r| ≤ ln2/2 (ln2 split into an exact high part and a low part so n·ln2_hi
-// is exact for |n| < 2^9), exp(r) = 1 + r + r²·P(r), then scaled by 2^n.
-constexpr float kLog2e = 1.44269504088896341f;
-constexpr float kLn2Hi = 0.693145751953125f;
-constexpr float kLn2Lo = 1.428606765330187045e-06f;
-constexpr float kP0 = 1.9875691500e-4f, kP1 = 1.3981999507e-3f, kP2 = 8.3334519073e-3f,
-                kP3 = 4.1665795894e-2f, kP4 = 1.6666665459e-1f, kP5 = 5.0000001201e-1f;
-constexpr float kLo = -104.f, kHi = 88.8f;  // exp(−104) is 0 in fp32 after scaling; exp(88.8) overflows
+namespace {
 
 [[maybe_unused]] float exp_scalar(float x) {
   if (std::isnan(x)) return x;
@@ -42,25 +36,6 @@ constexpr float kLo = -104.f, kHi = 88.8f;  // exp(−104) is 0 in fp32 after sc
   const float y = std::fma(p, r * r, r + 1.f);
   return std::ldexp(y, int(n));
 }
-
-#if defined(__AVX512F__)
-inline __m512 exp_ps(__m512 x) {
-  // max/min with x second: a NaN x is returned as is (the second operand wins on NaN).
-  x = _mm512_min_ps(_mm512_set1_ps(kHi), _mm512_max_ps(_mm512_set1_ps(kLo), x));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(kLog2e)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Hi), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Lo), r);
-  __m512 p = _mm512_set1_ps(kP0);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kP1));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kP2));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kP3));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kP4));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kP5));
-  const __m512 y = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.f)));
-  return _mm512_scalef_ps(y, n);
-}
-#endif
 
 #if !defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__)
 #define ZAYA_VEC_AVX2 1

@@ -170,10 +170,7 @@ double zaya_backward(const ZayaModel& model, const Activations& acts, const int3
     MatRef dlogits = mat(logits.data(), V), dlogits_t = mat(logits.data(), V, /*trans=*/true);
     if (w.compute == DType::BF16) {
       dlogits16.resize(rows * V);
-      const int64_t n = rows * V, piece = int64_t(1) << 16;
-#pragma omp parallel for schedule(static)
-      for (int64_t p = 0; p < n; p += piece)
-        convert_f32_to_bf16(dlogits16.data() + p, logits.data() + p, std::min(piece, n - p));
+      convert_f32_to_bf16_threaded(dlogits16.data(), logits.data(), rows * V);
       dlogits = {dlogits16.data(), DType::BF16, V, false};
       dlogits_t = {dlogits16.data(), DType::BF16, V, true};
     }
@@ -186,7 +183,7 @@ double zaya_backward(const ZayaModel& model, const Activations& acts, const int3
     MatRef zref = mat(z, H);
     if (w.compute == DType::BF16) {
       z16.resize(rows * H);
-      convert_f32_to_bf16(z16.data(), z, rows * H);
+      convert_f32_to_bf16_threaded(z16.data(), z, rows * H);
       zref = {z16.data(), DType::BF16, H, false};
     }
     {

@@ -117,13 +117,8 @@ void Optimizer::step(const std::vector<ParamRef>& params, float lr, float grad_s
       float* momentum = s.momentum.defined() ? s.momentum.f32() : nullptr;
       muon_update(value, grad, momentum, batch, rows, cols, group_lr, s.weight_decay, cfg_.muon, scratch_,
                   grad_scale);
-      // Newton-Schulz dominates a Muon update; the bf16 copy follows in pieces over the threads.
-      if (value_bf16) {
-        const int64_t n = s.end - s.begin, piece = int64_t(1) << 16;
-#pragma omp parallel for schedule(static) if (n > 4 * piece)
-        for (int64_t j = 0; j < n; j += piece)
-          convert_f32_to_bf16(value_bf16 + j, value + j, std::min(piece, n - j));
-      }
+      // Newton-Schulz dominates a Muon update; the bf16 copy follows in a pass of its own.
+      if (value_bf16) convert_f32_to_bf16_threaded(value_bf16, value, s.end - s.begin);
     }
   }
   steps_ = t;

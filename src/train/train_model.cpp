@@ -76,12 +76,7 @@ void TrainModel::refresh_compute() {
   auto dst = named_params(compute.cfg, cw);
   for (size_t i = 0; i < src.size(); i++) {
     if (!src[i].is_matrix) continue;
-    // In pieces over the threads (a memory-bound pass over every weight: one core cannot saturate it).
-    uint16_t* d = dst[i].slot->bf16();
-    const float* f = src[i].slot->f32();
-    const int64_t n = src[i].slot->numel(), piece = int64_t(1) << 18;
-#pragma omp parallel for schedule(static) if (n > 4 * piece)
-    for (int64_t j = 0; j < n; j += piece) convert_f32_to_bf16(d + j, f + j, std::min(piece, n - j));
+    convert_f32_to_bf16_threaded(dst[i].slot->bf16(), src[i].slot->f32(), src[i].slot->numel());
   }
 }
 
