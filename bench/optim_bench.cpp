@@ -70,16 +70,23 @@ BENCHMARK(BM_MuonExperts)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
-// Arg: elements. Bytes moved per element: read p, g, m, v (16) + write p, m, v (12).
+// Args: elements, clip factor (0/1). Bytes moved per element: read p, g, m, v (16) + write p, m, v (12).
 void BM_AdamW(benchmark::State& state) {
   const int64_t n = state.range(0);
   std::vector<float> p = random_values(size_t(n), 4), g = random_values(size_t(n), 5),
                      m(static_cast<size_t>(n)), v(static_cast<size_t>(n));
   AdamWConfig cfg;
   int64_t step = 0;
-  for (auto _ : state) adamw_update(p.data(), g.data(), m.data(), v.data(), n, 1e-4f, 0.1f, cfg, ++step);
+  // Arg 1: the training step's form, with the clip factor applied as the gradient is read.
+  const float scale = state.range(1) ? 0.5f : 1.0f;
+  for (auto _ : state)
+    adamw_update(p.data(), g.data(), m.data(), v.data(), n, 1e-4f, 0.1f, cfg, ++step, scale);
   state.SetBytesProcessed(int64_t(state.iterations()) * n * 28);
+  state.SetLabel(state.range(1) ? "clip factor" : "plain");
 }
-BENCHMARK(BM_AdamW)->Arg(1 << 16)->Arg(1 << 22)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_AdamW)
+    ->ArgsProduct({{1 << 16, 1 << 22, 1 << 25}, {0, 1}})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 
 }  // namespace

@@ -231,9 +231,8 @@ TEST(TrainTrajectory, BalancingBiasesMatch) {
   }
 }
 
-// bf16 training: the optimizer writes the bf16 compute copy of every GEMM weight as it updates it
-// (ParamRef::value_bf16, no refresh pass): after each step every compute weight is bitwise the bf16 rounding
-// of its fp32 master, and every matrix has a copy to write.
+// bf16 training: after each step every bf16 compute weight is bitwise the bf16 rounding of its updated fp32
+// master (the step's refresh), the fused q|k|v weight included.
 TEST(TrainStep, Bf16ComputeWeightsFollowTheMasterAfterEveryStep) {
   const nlohmann::json ref = test::read_json(traj_dir() + "/zaya1_split.json");
   const SafetensorsFile f = SafetensorsFile::open(traj_dir() + "/zaya1_split.safetensors");
@@ -246,10 +245,6 @@ TEST(TrainStep, Bf16ComputeWeightsFollowTheMasterAfterEveryStep) {
   ZayaWeights mw = tm.master.w, cw = tm.compute.w;
   const auto master = named_params(mc, mw), compute = named_params(tm.compute.cfg, cw);
   ASSERT_EQ(master.size(), compute.size());
-  int64_t matrices = 0, with_copy = 0;
-  for (size_t i = 0; i < master.size(); i++) matrices += master[i].is_matrix;
-  for (const ParamRef& p : tm.params) with_copy += p.value_bf16 != nullptr;
-  EXPECT_EQ(with_copy, matrices);
   for (int64_t step = 1; step <= 3; step++) {
     const StepResult r = train_step(tm, optim, balancer, {batch_of(f, step, 0)}, oc, step, scratch);
     ASSERT_TRUE(r.finite) << "step " << step;

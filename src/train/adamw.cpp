@@ -1,16 +1,13 @@
 #include "train/adamw.h"
 
-#include <algorithm>
 #include <cmath>
 
-#include "core/dtype.h"
 #include "core/error.h"
 
 namespace zaya::train {
 
 void adamw_update(float* value, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n, float lr,
-                  float weight_decay, const AdamWConfig& cfg, int64_t step, float grad_scale,
-                  uint16_t* value_bf16) {
+                  float weight_decay, const AdamWConfig& cfg, int64_t step, float grad_scale) {
   ZAYA_ASSERT(step >= 1, "AdamW steps are counted from 1 (bias correction divides by 1 - beta^t)");
   // Scalars in double, as torch computes them in Python, then rounded once.
   const double bias_correction1 = 1.0 - std::pow(double(cfg.beta1), double(step));
@@ -19,23 +16,17 @@ void adamw_update(float* value, const float* grad, float* exp_avg, float* exp_av
   const float bias_correction2_sqrt = float(std::sqrt(bias_correction2));
   const float decay = 1.0f - lr * weight_decay;
   const float b1 = cfg.beta1, b2 = cfg.beta2, eps = cfg.eps;
-  // In chunks of 4K values (the bf16 copy of a chunk is written while its values are in L1). g·grad_scale
-  // is what a separate clipping pass would have stored; its two uses are products, so no fma contraction
-  // can fold it differently.
-  constexpr int64_t kChunk = 1 << 12;
+  // g·grad_scale is what a separate clipping pass would have stored; its two uses are products, so no fma
+  // contraction can fold it differently.
 #pragma omp parallel for schedule(static) if (n > (1 << 16))
-  for (int64_t c = 0; c < n; c += kChunk) {
-    const int64_t end = std::min(n, c + kChunk);
-    for (int64_t i = c; i < end; i++) {
-      float g = grad[i] * grad_scale;
-      float m = exp_avg[i] * b1 + (1.0f - b1) * g;
-      float v = exp_avg_sq[i] * b2 + (1.0f - b2) * g * g;
-      exp_avg[i] = m;
-      exp_avg_sq[i] = v;
-      float denom = std::sqrt(v) / bias_correction2_sqrt + eps;
-      value[i] = value[i] * decay - step_size * (m / denom);
-    }
-    if (value_bf16) convert_f32_to_bf16(value_bf16 + c, value + c, end - c);
+  for (int64_t i = 0; i < n; i++) {
+    float g = grad[i] * grad_scale;
+    float m = exp_avg[i] * b1 + (1.0f - b1) * g;
+    float v = exp_avg_sq[i] * b2 + (1.0f - b2) * g * g;
+    exp_avg[i] = m;
+    exp_avg_sq[i] = v;
+    float denom = std::sqrt(v) / bias_correction2_sqrt + eps;
+    value[i] = value[i] * decay - step_size * (m / denom);
   }
 }
 

@@ -14,10 +14,7 @@ namespace zaya::train {
 // `step` is t, the 1-based number of this update (1 for the first).
 // grad_scale: g = grad[i] · grad_scale (the clipping factor, applied here as the gradient is read rather than
 // in a pass of its own over every gradient: bitwise the same update; 1 = none).
-// value_bf16 (nullable, n entries): receives bf16(p) of the updated values (the bf16 compute copy of the
-// weights, written while p is in cache instead of in another pass over the fp32 master weights).
 void adamw_update(float* value, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n, float lr,
-                  float weight_decay, const AdamWConfig& cfg, int64_t step, float grad_scale = 1.0f,
-                  uint16_t* value_bf16 = nullptr);
+                  float weight_decay, const AdamWConfig& cfg, int64_t step, float grad_scale = 1.0f);
 
 }  // namespace zaya::train

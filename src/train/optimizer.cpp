@@ -5,7 +5,6 @@
 #include <map>
 #include <set>
 
-#include "core/dtype.h"
 #include "core/error.h"
 #include "train/adamw.h"
 #include "train/muon.h"
@@ -106,10 +105,9 @@ void Optimizer::step(const std::vector<ParamRef>& params, float lr, float grad_s
     const float group_lr = lr * s.lr_scale;
     float* value = p.value + s.begin;
     const float* grad = p.grad + s.begin;
-    uint16_t* value_bf16 = p.value_bf16 ? p.value_bf16 + s.begin : nullptr;
     if (s.kind == OptimKind::AdamW) {
       adamw_update(value, grad, s.exp_avg.f32(), s.exp_avg_sq.f32(), s.end - s.begin, group_lr,
-                   s.weight_decay, cfg_.adamw, t, grad_scale, value_bf16);
+                   s.weight_decay, cfg_.adamw, t, grad_scale);
     } else {
       // Leading dims are a batch of independent matrices (experts [E, R, C]); a shard holds whole ones.
       const int64_t rows = p.shape[p.shape.size() - 2], cols = p.shape.back();
@@ -117,8 +115,6 @@ void Optimizer::step(const std::vector<ParamRef>& params, float lr, float grad_s
       float* momentum = s.momentum.defined() ? s.momentum.f32() : nullptr;
       muon_update(value, grad, momentum, batch, rows, cols, group_lr, s.weight_decay, cfg_.muon, scratch_,
                   grad_scale);
-      // Newton-Schulz dominates a Muon update; the bf16 copy follows in a pass of its own.
-      if (value_bf16) convert_f32_to_bf16_threaded(value_bf16, value, s.end - s.begin);
     }
   }
   steps_ = t;

@@ -48,8 +48,7 @@ class Optimizer {
   // One update of every parameter (sharded: of every owned shard) from its gradient. `lr` is the scheduled
   // learning rate; a group uses lr · lr_scale. `params` must list the same names and shapes as at
   // construction (pointers may change). grad_scale multiplies every gradient as the update reads it (the
-  // clipping factor: bitwise the update of gradients scaled beforehand). A parameter with a value_bf16 copy
-  // gets its updated elements rounded into it.
+  // clipping factor: bitwise the update of gradients scaled beforehand).
   void step(const std::vector<ParamRef>& params, float lr, float grad_scale = 1.0f);
 
   int64_t steps_taken() const { return steps_; }

@@ -16,9 +16,6 @@ struct ParamRef {
   Shape shape;
   float* value = nullptr;
   float* grad = nullptr;
-  // The bf16 compute copy of value (a GEMM weight of a bf16 training run; null otherwise): the optimizer
-  // rewrites it as it updates value (Optimizer::step), so no separate refresh pass reads the weights again.
-  uint16_t* value_bf16 = nullptr;
 };
 
 struct ParamGroup {

@@ -4,7 +4,6 @@
 #include <cstring>
 #include <map>
 
-#include "core/error.h"
 #include "model/zaya-init.h"
 
 namespace zaya::train {
@@ -51,20 +50,9 @@ TrainModel TrainModel::create(const ZayaConfig& cfg, const std::string& init_fro
   auto gs = t.grads.named(t.master.cfg);
   std::map<std::string, Tensor*> grad_by_name;
   for (auto& g : gs) grad_by_name[g.name] = g.slot;
-  // The bf16 compute copies the optimizer refreshes (refresh_compute's pairs: the same names in both).
-  ZayaWeights cw = t.compute.w;
-  std::map<std::string, Tensor*> compute_by_name;
-  for (auto& c : named_params(t.compute.cfg, cw))
-    if (c.is_matrix && c.slot->dtype == DType::BF16) compute_by_name[c.name] = c.slot;
   for (auto& v : named_params(t.master.cfg, m)) {
     if (v.is_buffer) continue;
-    ParamRef p{v.name, v.shape, v.slot->f32(), grad_by_name.at(v.name)->f32()};
-    auto c = compute_by_name.find(v.name);
-    if (v.is_matrix && c != compute_by_name.end()) {
-      ZAYA_ASSERT(c->second->numel() == v.slot->numel(), "a compute copy holds its master's elements");
-      p.value_bf16 = c->second->bf16();
-    }
-    t.params.push_back(p);
+    t.params.push_back({v.name, v.shape, v.slot->f32(), grad_by_name.at(v.name)->f32()});
   }
   return t;
 }

@@ -106,18 +106,20 @@ StepResult train_step(TrainModel& tm, Optimizer& optim, BalanceController& balan
   r.finite = clip.finite && std::isfinite(r.loss);
   if (!r.finite) return r;  // every rank sees the same norm and loss: all skip together
   if (reject && (r.rejected = reject(r.loss))) return r;
-  // The clip factor and the bf16 compute copies go with the update (ParamRef::value_bf16).
+  // The clip factor goes with the update (one pass over the gradients fewer).
   optim.step(tm.params, float(r.lr), clip.scale);
   stage_done(r.seconds.optimizer);
   if (dp) {
     small_comm([&] { comm->heartbeat(str_cat("the parameter broadcast of step ", step)); });
     dp->broadcast_params();
-    tm.refresh_compute();  // the shards other ranks updated arrived in fp32
-    stage_done(r.seconds.refresh);
   }
   std::vector<float*> biases;
   for (auto& layer : tm.master.w.layers) biases.push_back(layer.balancing_biases.f32());
   balancer.update(r.counts.data(), biases);
+  // A pass of its own: written inside the AdamW loop, the bf16 copy made the update 1.3-1.5x slower (a
+  // fifth output stream; bench/optim_bench BM_AdamW), more than this pass costs.
+  tm.refresh_compute();
+  stage_done(r.seconds.refresh);
   return r;
 }
 

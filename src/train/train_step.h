@@ -32,9 +32,8 @@ struct StepResult {
                                 // (data-parallel: of every rank)
   // Wall seconds of the step's stages (zaya bench train reports them): zeroing the gradients, the forwards,
   // the backwards (data parallel: with the overlapped reduction; the wait for its end counts in `clip`),
-  // the gradient norm, the optimizer update (with the fused clip factor and bf16 copies) and the refresh of
-  // the bf16 compute weights after the data-parallel broadcast (0 in a single process: the optimizer wrote
-  // them).
+  // the gradient norm, the optimizer update (with the fused clip factor) and the refresh of the bf16 compute
+  // weights (data parallel: with the parameter broadcast before it).
   struct Seconds {
     double zero_grads = 0, forward = 0, backward = 0, clip = 0, optimizer = 0, refresh = 0;
   } seconds;
