@@ -163,12 +163,20 @@ void block_forward(const ZayaModel& model, int64_t li, const BlockCall& call, fl
   // thread has its own frames / mid / vals scratch. A training forward (the sequences of a micro-batch, all
   // of one length) runs every segment one per thread when there are at least as many as threads: within a
   // long segment only attention's heads and the convolution's groups were threaded, RoPE and the rest ran on
-  // one core. Every kernel here gives each output the same bits on one thread as on many (its threads split
-  // outputs, never a sum), so the recording does not depend on the thread count.
+  // one core. So does a prefill of long segments of about one length (within 20%: a batch of prompts,
+  // `zaya bench forward`), which would otherwise pay a parallel region and the serial parts (the
+  // convolution's depthwise half and bias, the keys' transpose) per kernel and segment; segments of unequal
+  // lengths keep their kernels' threads (one thread per segment would wait on the longest). Every kernel here
+  // gives each output the same bits on one thread as on many (its threads split outputs, never a sum), so
+  // neither the recording nor a served sequence's logits depend on this choice.
   constexpr int64_t kShortSegment = 64;  // tokens: below this a segment's kernels are not worth splitting
   const int max_threads = std::max(1, omp_get_max_threads());
-  const bool train_seg_parallel = (la || call.training) && n_segs > 1 && n_segs >= max_threads;
-  const bool seg_parallel = train_seg_parallel || (!la && !call.training && n_segs > 1);
+  // Equal lengths spread evenly: a whole number of rounds over the threads, or enough rounds that the last
+  // one's idle threads do not matter (3 prompts on 2 threads would take 2 rounds for 1.5 rounds of work).
+  bool even_prefill = n_segs % max_threads == 0 || n_segs >= 4 * max_threads;
+  for (int64_t si = 0; si < n_segs; si++) even_prefill &= call.segs[si].n * 5 >= Smax * 4;
+  const bool all_seg_parallel = (la || call.training || even_prefill) && n_segs > 1 && n_segs >= max_threads;
+  const bool seg_parallel = all_seg_parallel || (!la && !call.training && n_segs > 1);
   const int64_t seg_threads = seg_parallel ? max_threads : 1;
   const int64_t frames_n = (P + Smax) * C, mid_n = (Smax + c.cca_time1 - 1) * C, vals_n = Smax * Kv;
   float* frames_all = grow(sc.frames, seg_threads * frames_n);
@@ -305,7 +313,7 @@ void block_forward(const ZayaModel& model, int64_t li, const BlockCall& call, fl
   };
   std::vector<int64_t> short_segs, long_segs;
   for (int64_t si = 0; si < n_segs; si++)
-    (train_seg_parallel || (seg_parallel && call.segs[si].n < kShortSegment) ? short_segs : long_segs)
+    (all_seg_parallel || (seg_parallel && call.segs[si].n < kShortSegment) ? short_segs : long_segs)
         .push_back(si);
   // The short segments' grouped convolutions as one call: a decode step of B sequences reads the conv
   // weights (1.3 MB a layer for ZAYA1-8B, evicted from L2 by the expert stream between layers) once, not
@@ -315,6 +323,7 @@ void block_forward(const ZayaModel& model, int64_t li, const BlockCall& call, fl
   int64_t batch_T = 0;
   for (int64_t si : short_segs) {
     if (la) break;  // a recording keeps each segment's intermediates: run_segment's own convolution
+    if (call.segs[si].n >= kShortSegment) continue;  // long ones: their taps would be big, their calls few
     if (!gemm_batch_invariant() && !cca_conv_dot_form(call.segs[si].n)) continue;
     batched.push_back(si);
     batch_row0.push_back(batch_T);
