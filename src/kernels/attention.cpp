@@ -9,6 +9,7 @@
 #include <limits>
 #include <vector>
 
+#include "core/error.h"
 #include "core/profile.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_small.h"
@@ -211,20 +212,7 @@ void attention_blocks(float* out, float* lse, const float* q, int64_t q_stride, 
 }
 
 #if defined(__AVX512F__)
-// Fused (flash-style) forward of one query head over a block of 16 queries, fp32 throughout, for head_dim a
-// multiple of 16 (spec §5.5g; the online softmax of FlashAttention-2, Dao 2023, Algorithm 1):
-//   for each block of 16 keys in the query block's visible range:
-//     S = Q·Kᵀ·scale,  m' = max(m, rowmax S),  P = exp(S − m') (0 where masked),
-//     l = l·e^(m−m') + rowsum P,  O = O·e^(m−m') + P·V
-//   out = O / l, lse = m + log l.
-// The queries sit in the vector lanes (Sᵀ: one 16-lane vector per key), so the row max, the row sums, the
-// rescaling and the masks are element-wise across vectors, and every product broadcasts one key or value
-// element at a constant offset. The scores never leave registers and L1 (the GEMM path wrote [128, keys]
-// score blocks to memory and read them three times, and ran its K = 64 products at ~80 GFLOP/s a core).
-//   qt [d][16]: the block's queries transposed; kt [d][kt_stride]: the KV head's keys transposed (zero past
-//   the last key); v [n, d]: its values; first/last [16]: each query's visible keys (first > last: none).
-// Each query's result depends only on its own visible keys and the key blocks (which start at the query
-// block's first visible key): never on the thread count.
+// The fused forward's tiles: 16 queries (the vector lanes) x 16 keys.
 constexpr int64_t kFlashRows = 16, kFlashKeys = 16;
 
 // Row stride of transposed keys or values [d][stride] for n keys: n rounded up to whole key blocks, plus one
@@ -277,8 +265,8 @@ inline __mmask16 flash_seen(bool unmasked, int64_t j0, int j, int64_t nb, const 
   return __mmask16(_mm512_cmple_epi32_mask(vfirst, key) & _mm512_cmpge_epi32_mask(vlast, key));
 }
 
-// acc[j] = Σ_c xt[c][lanes] · yt[c][j0 + j] for the 16 keys j of a block: Q·Kᵀ (or ḡO·Vᵀ) of 16 queries
-// (lanes) and 16 keys, xt [d][16] the queries' rows transposed, yt [d][stride] the keys'.
+// acc[j] = Σ_c xt[c][lanes] · yt[c][j0 + j] for the 16 keys j of a block: Q·Kᵀ of 16 queries (lanes) and
+// 16 keys, xt [d][16] the queries' rows transposed, yt [d][stride] the keys'.
 inline void flash_scores(__m512* acc, const float* xt, const float* yt, int64_t stride, int64_t j0,
                          int64_t d) {
 #pragma GCC unroll 16
@@ -291,6 +279,20 @@ inline void flash_scores(__m512* acc, const float* xt, const float* yt, int64_t 
   }
 }
 
+// Fused (flash-style) forward of one query head over a block of 16 queries, fp32 throughout, for head_dim a
+// multiple of 16 (spec §5.5g; the online softmax of FlashAttention-2, Dao 2023, Algorithm 1):
+//   for each block of 16 keys in the query block's visible range:
+//     S = Q·Kᵀ·scale,  m' = max(m, rowmax S),  P = exp(S − m') (0 where masked),
+//     l = l·e^(m−m') + rowsum P,  O = O·e^(m−m') + P·V
+//   out = O / l, lse = m + log l.
+// The queries sit in the vector lanes (Sᵀ: one 16-lane vector per key), so the row max, the row sums, the
+// rescaling and the masks are element-wise across vectors, and every product broadcasts one key or value
+// element at a constant offset. The scores never leave registers and L1 (the GEMM path wrote [128, keys]
+// score blocks to memory and read them three times, and ran its K = 64 products at ~80 GFLOP/s a core).
+//   qt [d][16]: the block's queries transposed; kt [d][kt_stride]: the KV head's keys transposed (zero past
+//   the last key); v [n, d]: its values; first/last [16]: each query's visible keys (first > last: none).
+// Each query's result depends only on its own visible keys and the key blocks (which start at the query
+// block's first visible key): never on the thread count.
 void flash_query_block(float* out, int64_t out_stride, float* lse, int64_t lse_stride, const float* qt,
                        const float* kt, int64_t kt_stride, const float* v, const int32_t* first,
                        const int32_t* last, int64_t rows, int64_t key_lo, int64_t key_hi,
@@ -372,6 +374,7 @@ void flash_query_block(float* out, int64_t out_stride, float* lse, int64_t lse_s
 void attention_flash(float* out, float* lse, const float* q, int64_t q_stride, const float* k, const float* v,
                      const int64_t* q_pos, const uint8_t* key_valid, const AttentionArgs& a) {
   const int64_t G = a.Hq / a.Hk, d = a.d, S = a.S, n = a.n_keys;
+  ZAYA_ASSERT(n < (int64_t(1) << 31), "the fused kernel's masks compare key indices as int32");
   const float scale = 1.0f / std::sqrt(float(d));
   const int64_t kt_stride = flash_key_stride(n);
   std::vector<float> kt(size_t(a.Hk * d * kt_stride));  // [Hk][d][kt_stride] the keys of each KV head
