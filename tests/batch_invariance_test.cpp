@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <string>
@@ -312,6 +313,47 @@ TEST(BatchInvariance, SequenceLogitsDoNotDependOnTheBatch) {
               << "batch " << B << ", step " << k << ": row 0's logits differ from the batch-1 run";
       }
     }
+}
+
+// Prompts of 64+ tokens of one length run one sequence per thread (single-threaded kernels), a single prompt
+// with its kernels threaded (block_forward): row 0's logits after the prefill and a decode step are bitwise
+// those of the same prompt alone, at batch 2 and 4.
+TEST(BatchInvariance, LongPromptsOnePerThreadEqualAlone) {
+  const ScopedInvariant on(true);
+  for (const auto& [name, cfg] : model_configs()) {
+    SCOPED_TRACE(name);
+    ZayaModel model;
+    model.cfg = cfg;
+    model.w = init_weights(model.cfg, DType::BF16, 11);
+    const int64_t V = model.cfg.vocab_size, S = 70;
+    std::vector<std::vector<float>> first;
+    for (int64_t B : {1, 2, 4}) {
+      std::mt19937 rng(static_cast<uint32_t>(B));
+      std::vector<int32_t> ids(size_t(B * S));
+      for (int64_t i = 0; i < B * S; i++) ids[size_t(i)] = int32_t(3 + rng() % uint32_t(V - 3));
+      for (int64_t s = 0; s < S; s++) ids[size_t(s)] = int32_t(10 + (7 * s) % 50);  // row 0: the same prompt
+      ZayaCache cache(model.cfg, B);
+      ForwardScratch sc;
+      ForwardResult res;
+      ForwardOptions opt;
+      opt.all_logits = false;
+      std::vector<std::vector<float>> row0;
+      zaya_forward(model, cache, ids.data(), nullptr, B, S, opt, res, sc);
+      row0.emplace_back(res.logits.begin(), res.logits.begin() + V);
+      std::vector<int32_t> next(static_cast<size_t>(B), 21);
+      zaya_forward(model, cache, next.data(), nullptr, B, 1, opt, res, sc);
+      row0.emplace_back(res.logits.begin(), res.logits.begin() + V);
+      for (const auto& r : row0)
+        for (float x : r) ASSERT_TRUE(std::isfinite(x)) << "batch " << B;
+      if (first.empty()) {
+        first = row0;
+        continue;
+      }
+      for (size_t k = 0; k < row0.size(); k++)
+        EXPECT_TRUE(rows_equal(row0[k].data(), first[k].data(), 1, V))
+            << "batch " << B << (k == 0 ? ", prefill" : ", decode") << ": row 0's logits differ from batch 1";
+    }
+  }
 }
 
 }  // namespace
