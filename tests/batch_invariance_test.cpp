@@ -274,6 +274,27 @@ std::vector<std::pair<std::string, ZayaConfig>> model_configs() {
 
 // A sequence's logits (prefill of 5 tokens, then 3 decode steps) are bitwise the same whether it runs alone
 // or as row 0 of a batch of 3 or 8 other sequences: every product, norm and expert path is row-wise.
+// Row 0's logits [V] after a prefill of ids [B, S] and after each decode step (B tokens a step), on a fresh
+// cache.
+std::vector<std::vector<float>> row0_logits(const ZayaModel& model, int64_t B, int64_t S,
+                                            const std::vector<int32_t>& ids,
+                                            const std::vector<std::vector<int32_t>>& steps) {
+  const int64_t V = model.cfg.vocab_size;
+  ZayaCache cache(model.cfg, B);
+  ForwardScratch sc;
+  ForwardResult res;
+  ForwardOptions opt;
+  opt.all_logits = false;
+  std::vector<std::vector<float>> row0;
+  zaya_forward(model, cache, ids.data(), nullptr, B, S, opt, res, sc);
+  row0.emplace_back(res.logits.begin(), res.logits.begin() + V);
+  for (const std::vector<int32_t>& next : steps) {
+    zaya_forward(model, cache, next.data(), nullptr, B, 1, opt, res, sc);
+    row0.emplace_back(res.logits.begin(), res.logits.begin() + V);
+  }
+  return row0;
+}
+
 TEST(BatchInvariance, SequenceLogitsDoNotDependOnTheBatch) {
   const ScopedInvariant on(true);
   for (const auto& [name, cfg] : model_configs())
@@ -289,21 +310,14 @@ TEST(BatchInvariance, SequenceLogitsDoNotDependOnTheBatch) {
         std::vector<int32_t> ids(size_t(B * S));
         for (int64_t i = 0; i < B * S; i++) ids[size_t(i)] = int32_t(3 + rng() % uint32_t(V - 3));
         for (int64_t s = 0; s < S; s++) ids[size_t(s)] = int32_t(10 + 17 * s);  // row 0: the same sequence
-        ZayaCache cache(model.cfg, B);
-        ForwardScratch sc;
-        ForwardResult res;
-        ForwardOptions opt;
-        opt.all_logits = false;
-        std::vector<std::vector<float>> row0;
-        zaya_forward(model, cache, ids.data(), nullptr, B, S, opt, res, sc);
-        row0.emplace_back(res.logits.begin(), res.logits.begin() + V);
+        std::vector<std::vector<int32_t>> decode(static_cast<size_t>(steps),
+                                                 std::vector<int32_t>(static_cast<size_t>(B)));
         for (int64_t step = 0; step < steps; step++) {
-          std::vector<int32_t> next(static_cast<size_t>(B));
-          for (int64_t b = 0; b < B; b++) next[size_t(b)] = int32_t(3 + rng() % uint32_t(V - 3));
-          next[0] = int32_t(20 + step);
-          zaya_forward(model, cache, next.data(), nullptr, B, 1, opt, res, sc);
-          row0.emplace_back(res.logits.begin(), res.logits.begin() + V);
+          for (int64_t b = 0; b < B; b++)
+            decode[size_t(step)][size_t(b)] = int32_t(3 + rng() % uint32_t(V - 3));
+          decode[size_t(step)][0] = int32_t(20 + step);
         }
+        const std::vector<std::vector<float>> row0 = row0_logits(model, B, S, ids, decode);
         if (first.empty()) {
           first = row0;
           continue;
@@ -332,17 +346,8 @@ TEST(BatchInvariance, LongPromptsOnePerThreadEqualAlone) {
       std::vector<int32_t> ids(size_t(B * S));
       for (int64_t i = 0; i < B * S; i++) ids[size_t(i)] = int32_t(3 + rng() % uint32_t(V - 3));
       for (int64_t s = 0; s < S; s++) ids[size_t(s)] = int32_t(10 + (7 * s) % 50);  // row 0: the same prompt
-      ZayaCache cache(model.cfg, B);
-      ForwardScratch sc;
-      ForwardResult res;
-      ForwardOptions opt;
-      opt.all_logits = false;
-      std::vector<std::vector<float>> row0;
-      zaya_forward(model, cache, ids.data(), nullptr, B, S, opt, res, sc);
-      row0.emplace_back(res.logits.begin(), res.logits.begin() + V);
-      std::vector<int32_t> next(static_cast<size_t>(B), 21);
-      zaya_forward(model, cache, next.data(), nullptr, B, 1, opt, res, sc);
-      row0.emplace_back(res.logits.begin(), res.logits.begin() + V);
+      const std::vector<std::vector<float>> row0 =
+          row0_logits(model, B, S, ids, {std::vector<int32_t>(static_cast<size_t>(B), 21)});
       for (const auto& r : row0)
         for (float x : r) ASSERT_TRUE(std::isfinite(x)) << "batch " << B;
       if (first.empty()) {
