@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <map>
 #include <random>
 
@@ -444,6 +445,57 @@ TEST(Grad, AccumulationOverMicroBatchesEqualsTheWholeBatch) {
   EXPECT_LE(worst, 5e-6);
   std::printf("accumulated vs whole-batch gradient: max |err| = %.3g\n", worst);
   EXPECT_THROW(run(in.input_ids.data(), targets.data(), 1, accum, 3), Error);  // total below own count
+}
+
+// A training step clears its gradients with zero_except_experts: the expert weight gradients keep stale
+// values (NaN here) that the first backward overwrites; a second micro-batch adds to them. Bitwise the
+// gradients of zero() then the same backwards, in fp32 and bf16 compute; a micro-batch that counts nothing
+// leaves every expert gradient zero. (Writing into rather than adding in the first backward, or clearing
+// the flag too early, turns it red.)
+TEST(Grad, StaleExpertGradientsAreOverwrittenByTheFirstBackward) {
+  const std::string dir = test::golden_dir();
+  ModelInputs in = load_model_inputs(dir + "/inputs.json");
+  ASSERT_EQ(in.B, 2);
+  const int64_t total = count_targets(in.targets.data(), in.B * in.S);
+  std::vector<int32_t> none(in.targets.size(), -100);
+  for (bool bf16 : {false, true}) {
+    SCOPED_TRACE(bf16 ? "bf16 compute" : "fp32");
+    LoadOptions lo;
+    lo.compute = bf16 ? DType::BF16 : DType::F32;
+    ZayaModel model = ZayaModel::load(dir, lo);
+    auto run = [&](const int32_t* tg, int64_t b, ZayaGrads& g) {
+      ZayaCache cache(model.cfg, 1);
+      Activations acts;
+      ForwardOptions opt;
+      opt.record = &acts;
+      ForwardResult res;
+      ForwardScratch sc;
+      zaya_forward(model, cache, in.input_ids.data() + b * in.S, nullptr, 1, in.S, opt, res, sc);
+      return zaya_backward(model, acts, tg + b * in.S, g, total);
+    };
+    auto fill_nan = [&](ZayaGrads& g) {
+      for (const NamedParam& p : g.named(model.cfg))
+        std::fill_n(p.slot->f32(), p.slot->numel(), std::numeric_limits<float>::quiet_NaN());
+    };
+    ZayaGrads want = ZayaGrads::zeros(model.cfg), got = ZayaGrads::zeros(model.cfg);
+    fill_nan(want), fill_nan(got);
+    want.zero();
+    got.zero_except_experts();
+    for (int64_t b = 0; b < 2; b++) {
+      run(in.targets.data(), b, want);
+      run(in.targets.data(), b, got);
+    }
+    auto w = want.named(model.cfg), g = got.named(model.cfg);
+    for (size_t p = 0; p < w.size(); p++)
+      EXPECT_EQ(0, std::memcmp(g[p].slot->data, w[p].slot->data, size_t(w[p].slot->nbytes()))) << w[p].name;
+    EXPECT_FALSE(got.experts_stale);
+
+    fill_nan(got);
+    got.zero_except_experts();
+    EXPECT_EQ(run(none.data(), 0, got), 0.0);
+    for (const NamedParam& p : got.named(model.cfg))
+      for (int64_t i = 0; i < p.slot->numel(); i++) ASSERT_EQ(p.slot->f32()[i], 0.f) << p.name;
+  }
 }
 
 // A training forward runs a micro-batch's sequences one per thread (zaya.cpp: train_seg_parallel) and the

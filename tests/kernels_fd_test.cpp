@@ -627,7 +627,7 @@ void check_experts(bool passthrough) {
   MoeBackwardScratch bsc;
   moe_experts_backward(du.data(), dweight.data(), dgu.data(), ddown.data(), r.data(), u.data(), choice.data(),
                        weight.data(), p_skip.data(), plan, gate_up, down, sc.gu.data(), sc.act.data(),
-                       sc.y.data(), T, H, I, E, passthrough, bsc);
+                       sc.y.data(), T, H, I, E, passthrough, /*overwrite=*/false, bsc);
   fd_check("u", u, du, f);
   fd_check("weight (routed tokens)", weight, dweight, f, {}, [&](int64_t t) { return choice[t] == E; });
   if (passthrough) {
@@ -640,6 +640,22 @@ void check_experts(bool passthrough) {
   fd_check("gate_up_proj", gate_up.f32(), dgu.data(), dgu.size(), f);
   fd_check("down_proj", down.f32(), ddown.data(), ddown.size(), f);
   for (int64_t i = 0; i < 2 * I * H; i++) EXPECT_EQ(dgu[1 * 2 * I * H + i], 0.f) << "unused expert";
+
+  // overwrite: weight gradients written over stale contents (NaN here) are bitwise the ones added to zeros,
+  // the unused expert's included; du and dweight are unchanged by the mode.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> du2(T * H, 0.f), dweight2(T), dgu2(dgu.size(), nan), ddown2(ddown.size(), nan);
+  moe_experts_backward(du2.data(), dweight2.data(), dgu2.data(), ddown2.data(), r.data(), u.data(),
+                       choice.data(), weight.data(), p_skip.data(), plan, gate_up, down, sc.gu.data(),
+                       sc.act.data(), sc.y.data(), T, H, I, E, passthrough, /*overwrite=*/true, bsc);
+  std::vector<float> dgu1(dgu.size(), 0.f), ddown1(ddown.size(), 0.f), du1(T * H, 0.f), dweight1(T);
+  moe_experts_backward(du1.data(), dweight1.data(), dgu1.data(), ddown1.data(), r.data(), u.data(),
+                       choice.data(), weight.data(), p_skip.data(), plan, gate_up, down, sc.gu.data(),
+                       sc.act.data(), sc.y.data(), T, H, I, E, passthrough, /*overwrite=*/false, bsc);
+  EXPECT_EQ(0, std::memcmp(dgu2.data(), dgu1.data(), dgu1.size() * 4)) << "gate_up gradient, overwrite";
+  EXPECT_EQ(0, std::memcmp(ddown2.data(), ddown1.data(), ddown1.size() * 4)) << "down gradient, overwrite";
+  EXPECT_EQ(0, std::memcmp(du2.data(), du1.data(), du1.size() * 4));
+  EXPECT_EQ(0, std::memcmp(dweight2.data(), dweight1.data(), dweight1.size() * 4));
 }
 
 }  // namespace

@@ -125,7 +125,7 @@ void moe_experts_backward(float* du, float* dweight, float* dgate_up, float* ddo
                           const float* u, const int32_t* choice, const float* weight, const float* p_skip,
                           const ExpertPlan& plan, const Tensor& gate_up, const Tensor& down, const float* gu,
                           const float* act, const float* y, int64_t T, int64_t H, int64_t I, int64_t E,
-                          bool skip_passthrough, MoeBackwardScratch& scratch) {
+                          bool skip_passthrough, bool overwrite, MoeBackwardScratch& scratch) {
   ZAYA_PROFILE_SCOPE("moe_experts_backward");
   const int64_t n = plan.offsets[E];
   // Skip tokens: native gives nothing; legacy passthrough m = p_E·u.
@@ -196,15 +196,23 @@ void moe_experts_backward(float* du, float* dweight, float* dgate_up, float* ddo
                 : mat(v32 + r0 * cols, cols, trans);
   };
   const GemmBackend weight_grad = bf16 ? GemmBackend::OneDnnRuntimeMK : GemmBackend::OpenBlas;
+  const float grad_beta = overwrite ? 0.f : 1.f;  // write or add the weight gradients
+  if (overwrite) {
+    for (int64_t e = 0; e < E; e++) {
+      if (plan.offsets[e + 1] > plan.offsets[e]) continue;  // written by its products below
+      std::fill_n(ddown + e * H * I, H * I, 0.f);
+      std::fill_n(dgate_up + e * 2 * I * H, 2 * I * H, 0.f);
+    }
+  }
   // (Stage times under ZAYA_PROFILE: the gather, each pair of products and the scatter; the rest of
   // moe_experts_backward is the bf16 rounding and the SwiGLU backward.)
   {
     ZAYA_PROFILE_SCOPE("moe_experts_backward.down");
     for_each_expert(plan.offsets.data(), E, [&](int64_t e) {
       const int64_t o0 = plan.offsets[e], ne = plan.offsets[e + 1] - o0;
-      // y = ψ·D_eᵀ:  ḡD_e += ḡyᵀ·ψ,  ḡψ = ḡy·D_e.
+      // y = ψ·D_eᵀ:  ḡD_e += ḡyᵀ·ψ (= with overwrite),  ḡψ = ḡy·D_e.
       gemm_with(weight_grad, H, I, ne, 1.f, rows(dy16, dy.data(), o0, H, /*trans=*/true),
-                rows(act16, act, o0, I, false), 1.f, ddown + e * H * I, I);
+                rows(act16, act, o0, I, false), grad_beta, ddown + e * H * I, I);
       gemm_with(GemmBackend::OneDnnRuntimeM, ne, I, H, 1.f, rows(dy16, dy.data(), o0, H, false),
                 expert_mat(down, e, false), 0.f, dact.data() + o0 * I, I);
     });
@@ -217,7 +225,7 @@ void moe_experts_backward(float* du, float* dweight, float* dgate_up, float* ddo
       const int64_t o0 = plan.offsets[e], ne = plan.offsets[e + 1] - o0;
       // [a|b] = x·G_eᵀ:  ḡG_e += [ḡa|ḡb]ᵀ·x,  ḡx = [ḡa|ḡb]·G_e.
       gemm_with(weight_grad, 2 * I, H, ne, 1.f, rows(dgu16, dgu.data(), o0, 2 * I, /*trans=*/true),
-                rows(x16, x.data(), o0, H, false), 1.f, dgate_up + e * 2 * I * H, H);
+                rows(x16, x.data(), o0, H, false), grad_beta, dgate_up + e * 2 * I * H, H);
       gemm_with(GemmBackend::OneDnnRuntimeM, ne, H, 2 * I, 1.f, rows(dgu16, dgu.data(), o0, 2 * I, false),
                 expert_mat(gate_up, e, false), 0.f, dx.data() + o0 * H, H);
     });

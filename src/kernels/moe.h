@@ -43,7 +43,10 @@ void route_top1_backward(float* dlogits, const float* dweight, const float* prob
 // Backward of moe_experts_forward over tokens sorted by expert (per-expert GEMMs, spec §6.11-6.12):
 //   du[T, H]            += ḡu through the experts (and p_E·ḡm for legacy passthrough skips)
 //   dweight[T]          out: ḡw = ḡm·y_e for routed tokens, ḡm·u for passthrough skips, 0 for native skips
-//   dgate_up[E, 2I, H], ddown[E, H, I]  += fp32 weight gradients (experts never chosen get none)
+//   dgate_up[E, 2I, H], ddown[E, H, I]  += fp32 weight gradients (experts never chosen get none); with
+//                       `overwrite` they are written instead (=, and zeros for experts never chosen): their
+//                       old contents are never read, so a step need not clear 0.4 of mid.json's gradient
+//                       memory first (ZayaGrads::zero_except_experts), nor its dW products read it back
 //   dout[T, H] = ḡm; u, choice, weight, p_skip (read only for passthrough), plan, gate_up, down as in the
 //   forward; the forward's sorted intermediates gu[n, 2I] (gate|up pre-activations), act[n, I] (silu(a)⊙b),
 //   y[n, H] (expert outputs before the weight), n = plan.offsets[E].
@@ -57,6 +60,6 @@ void moe_experts_backward(float* du, float* dweight, float* dgate_up, float* ddo
                           const float* u, const int32_t* choice, const float* weight, const float* p_skip,
                           const ExpertPlan& plan, const Tensor& gate_up, const Tensor& down, const float* gu,
                           const float* act, const float* y, int64_t T, int64_t H, int64_t I, int64_t E,
-                          bool skip_passthrough, MoeBackwardScratch& scratch);
+                          bool skip_passthrough, bool overwrite, MoeBackwardScratch& scratch);
 
 }  // namespace zaya

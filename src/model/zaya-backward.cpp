@@ -29,16 +29,19 @@ ZayaGrads ZayaGrads::zeros(const ZayaConfig& cfg) {
   return g;
 }
 
-void ZayaGrads::zero() {
-  // Big tensors in 1 MiB pieces over the threads: a mid.json model's 1.8 GB of gradients is a memory-bound
-  // pass that one core cannot saturate.
-  auto clear = [](Tensor& t) {
-    if (!t.data) return;
-    auto* p = static_cast<char*>(t.data);
-    const int64_t n = int64_t(t.nbytes()), piece = int64_t(1) << 20;
+namespace {
+// Zeroes a gradient tensor; big ones in 1 MiB pieces over the threads (a mid.json model's 1.8 GB of gradients
+// is a memory-bound pass that one core cannot saturate).
+void clear_tensor(Tensor& t) {
+  if (!t.data) return;
+  auto* p = static_cast<char*>(t.data);
+  const int64_t n = int64_t(t.nbytes()), piece = int64_t(1) << 20;
 #pragma omp parallel for schedule(static) if (n > 4 * piece)
-    for (int64_t i = 0; i < n; i += piece) std::memset(p + i, 0, size_t(std::min(piece, n - i)));
-  };
+  for (int64_t i = 0; i < n; i += piece) std::memset(p + i, 0, size_t(std::min(piece, n - i)));
+}
+
+void clear_grads(ZayaWeights& w, bool experts) {
+  auto clear = clear_tensor;
   clear(w.embed);
   clear(w.input_scale);
   clear(w.input_bias);
@@ -56,9 +59,12 @@ void ZayaGrads::zero() {
                       &l.router_norm,      &l.router_fc1,
                       &l.router_fc1_bias,  &l.router_fc2,
                       &l.router_fc2_bias,  &l.router_out,
-                      &l.balancing_biases, &l.experts_gate_up,
-                      &l.experts_down})
+                      &l.balancing_biases})
       clear(*t);
+    if (experts) {
+      clear(l.experts_gate_up);
+      clear(l.experts_down);
+    }
     for (ResidualScaleWeights* r : {&l.post_attn_scale, &l.post_mlp_scale}) {
       clear(r->hidden_scale);
       clear(r->hidden_bias);
@@ -66,6 +72,26 @@ void ZayaGrads::zero() {
       clear(r->residual_bias);
     }
   }
+}
+}  // namespace
+
+void ZayaGrads::zero() {
+  clear_grads(w, /*experts=*/true);
+  experts_stale = false;
+}
+
+void ZayaGrads::zero_except_experts() {
+  clear_grads(w, /*experts=*/false);
+  experts_stale = true;
+}
+
+void ZayaGrads::settle_experts() {
+  if (!experts_stale) return;
+  for (ZayaLayerWeights& l : w.layers) {
+    clear_tensor(l.experts_gate_up);
+    clear_tensor(l.experts_down);
+  }
+  experts_stale = false;
 }
 
 std::vector<NamedParam> ZayaGrads::named(const ZayaConfig& cfg) {
@@ -127,7 +153,10 @@ double zaya_backward(const ZayaModel& model, const Activations& acts, const int3
   const int64_t counted = count_targets(targets, T);
   ZAYA_CHECK(count_total == 0 || count_total >= counted, "zaya_backward: count_total ", count_total,
              " is below this micro-batch's ", counted, " counted targets");
-  if (counted == 0) return 0.0;  // nothing counted: the loss is defined as 0, with no gradient
+  if (counted == 0) {  // nothing counted: the loss is defined as 0, with no gradient
+    grads.settle_experts();
+    return 0.0;
+  }
   const int64_t N = count_total > 0 ? count_total : counted;  // the loss normaliser
 
   ForwardScratch local_scratch;
@@ -258,7 +287,8 @@ double zaya_backward(const ZayaModel& model, const Activations& acts, const int3
     moe_experts_backward(du.data(), dweight.data(), lg.experts_gate_up.f32(), lg.experts_down.f32(),
                          dm_.data(), la.u.data(), la.choice.data(), la.weight.data(), la.p_skip.data(),
                          la.plan, lw.experts_gate_up, lw.experts_down, la.gu.data(), la.act.data(),
-                         la.ye.data(), T, H, I, E, c.skip_passthrough, rsc.moe_backward);
+                         la.ye.data(), T, H, I, E, c.skip_passthrough, /*overwrite=*/grads.experts_stale,
+                         rsc.moe_backward);
 
     // Router (spec §6.13): gathered weight → logits → out_proj → GELU → fc2 → GELU → fc1 → norm → ρ.
     route_top1_backward(dlogit.data(), dweight.data(), la.probs.data(), la.choice.data(), T, E);
@@ -369,6 +399,7 @@ double zaya_backward(const ZayaModel& model, const Activations& acts, const int3
                      la.rstd_in.data(), T, H, /*accumulate=*/true);
     if (block_done) block_done(li);  // lg is final: nothing below writes block li's gradients
   }
+  grads.experts_stale = false;  // every layer's experts written
 
   // ---- Embedding and input scaling (spec §6.2): x0 = (e + β_in)⊙α_in ----
   embedding_backward(g.embed.f32(), g.input_scale.f32(), g.input_bias.f32(), dx.data(), acts.ids.data(), T,

@@ -21,6 +21,14 @@ struct ZayaGrads {
   // All-zero gradients shaped for `cfg`.
   static ZayaGrads zeros(const ZayaConfig& cfg);
   void zero();
+  // A training step's clearing: zero() but for the expert weight gradients (0.9 of mid.json's), which are
+  // marked stale instead; the next zaya_backward writes them rather than adding to them (moe_experts_backward
+  // with overwrite), and zeroes them when it counts no target. The result is what zero() then the backward
+  // would give, without a memory-bound pass over them and without its dW products reading zeros back.
+  void zero_except_experts();
+  // Zeroes the expert gradients if they are still stale (a step whose micro-batches all counted nothing).
+  void settle_experts();
+  bool experts_stale = false;  // expert gradients hold old values (zero_except_experts); read nothing then
   // Gradient tensors under the parameters' Hugging Face names (buffers excluded), checkpoint order.
   std::vector<NamedParam> named(const ZayaConfig& cfg);
 };

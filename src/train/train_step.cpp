@@ -60,7 +60,7 @@ StepResult train_step(TrainModel& tm, Optimizer& optim, BalanceController& balan
     seconds += std::chrono::duration<double>(now - lap).count();
     lap = now;
   };
-  tm.grads.zero();
+  tm.grads.zero_except_experts();  // the first backward writes the expert gradients
   stage_done(r.seconds.zero_grads);
   ForwardOptions fo;
   fo.all_logits = false;  // the backward recomputes the logits chunk by chunk
