@@ -203,9 +203,10 @@ TEST(Cli, OmpWaitPolicyDefaultsToPassiveAndKeepsTheUsersChoice) {
   EXPECT_NE(a.out.find("omp wait: ACTIVE\n"), std::string::npos) << a.out;
   Proc s = run("--version", "env -u OMP_WAIT_POLICY GOMP_SPINCOUNT=0");
   EXPECT_NE(s.out.find("omp wait: GOMP_SPINCOUNT=0\n"), std::string::npos) << s.out;
-  // More threads than any machine's CPUs (a count past int's range too): no spin, no overflow; a count that is
-  // no number reads as "the CPUs".
-  Proc h = run("--version", "env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT OMP_NUM_THREADS=99999999999999999999999");
+  // More threads than any machine's CPUs (a count past int's range too): no spin, no overflow; a count that
+  // is no number reads as "the CPUs".
+  Proc h =
+      run("--version", "env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT OMP_NUM_THREADS=99999999999999999999999");
   EXPECT_EQ(h.status, 0) << h.out;
   EXPECT_NE(h.out.find("omp wait: PASSIVE\n"), std::string::npos) << h.out;
   Proc x = run("--version", "env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT OMP_NUM_THREADS=abc");
@@ -346,6 +347,30 @@ TEST(Cli, BenchServeWritesOneLinePerConcurrencyAndTheBars) {
 // `zaya bench decode` as the README runs it, on a quantized checkpoint loaded with --no-mmap: one JSON line
 // per batch size, the bytes a step reads, and the read bandwidth measured beside the repetitions (finite,
 // positive) with the fraction being the achieved GB/s over it.
+// bench forward / train print one JSON line with the step's figures: the median repetition's and the
+// fastest's, each against the measured peak (mfu and mfu_best, the same statistic as the peak's best call).
+TEST(Cli, BenchForwardAndTrainReportMedianAndBestFractions) {
+  const std::string cfg = zaya::test::golden_dir() + "/config.json";
+  for (const char* what : {"forward --repeats 3", "train --steps 3"}) {
+    SCOPED_TRACE(what);
+    Proc r = run(std::string("bench ") + what + " --config " + cfg + " --batch 1 --seq 8 --dtype bf16");
+    ASSERT_EQ(r.status, 0) << r.out;
+    const size_t at = r.out.rfind("\n{");
+    ASSERT_NE(at, std::string::npos) << r.out;
+    const nlohmann::json j = nlohmann::json::parse(r.out.substr(at + 1));
+    for (const char* k :
+         {"tokens_per_s", "seconds_median", "seconds_best", "mfu", "mfu_best", "peak_gflops_bf16"}) {
+      ASSERT_TRUE(j.contains(k)) << k;
+      const double v = j[k].get<double>();
+      EXPECT_TRUE(std::isfinite(v) && v > 0) << k << " = " << v;
+    }
+    EXPECT_LE(j["seconds_best"].get<double>(), j["seconds_median"].get<double>());
+    EXPECT_GE(j["mfu_best"].get<double>(), j["mfu"].get<double>());
+    // tokens/s is the median's: batch x seq over it.
+    EXPECT_NEAR(j["tokens_per_s"].get<double>() * j["seconds_median"].get<double>(), 8.0, 1e-9);
+  }
+}
+
 TEST(Cli, BenchDecodeWritesOneLinePerBatch) {
   const std::string q = zaya::test::data_dir() + "/quant/fp8_experts";
   Proc r = run("bench decode --model " + q + " --no-mmap --batch 1,2 --context 4 --tokens 2 --repeats 2");
