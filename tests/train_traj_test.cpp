@@ -107,6 +107,24 @@ data::Batch batch_of(const SafetensorsFile& f, int64_t k, int64_t m) {
   return b;
 }
 
+// What a test steps: the golden model (fp32 master; `compute` its GEMM weights), its optimizer and balancer.
+struct StepRig {
+  ZayaConfig mc;
+  TrainModel tm;
+  Optimizer optim;
+  BalanceController balancer;
+  ForwardScratch scratch;
+
+  StepRig(const OptimConfig& oc, DType compute)
+      : mc(load_config(test::golden_dir() + "/config.json")),
+        tm(TrainModel::create(mc, test::golden_dir(), 0, compute)),
+        optim(tm.params, oc),
+        balancer(mc.num_hidden_layers, mc.num_experts, oc.balancer) {}
+  StepResult step(const std::vector<data::Batch>& micro, const OptimConfig& oc, int64_t step) {
+    return train_step(tm, optim, balancer, micro, oc, step, scratch);
+  }
+};
+
 struct Measured {
   double max_loss_diff = 0, max_gnorm_rel = 0, max_param_diff = 0, max_abs_sum_rel = 0;
   std::string worst_param;
@@ -118,19 +136,16 @@ void run_trajectory(const std::string& variant, Measured& out) {
   const SafetensorsFile f = SafetensorsFile::open(traj_dir() + "/" + variant + ".safetensors");
   const nlohmann::json& rc = ref["config"];
   const OptimConfig oc = optim_config_of(rc);
-  const std::string golden = test::golden_dir();
-  const ZayaConfig mc = load_config(golden + "/config.json");
-  TrainModel tm = TrainModel::create(mc, golden, 0, DType::F32);
-  Optimizer optim(tm.params, oc);
-  BalanceController balancer(mc.num_hidden_layers, mc.num_experts, oc.balancer);
-  ForwardScratch scratch;
+  StepRig rig(oc, DType::F32);
+  const ZayaConfig& mc = rig.mc;
+  TrainModel& tm = rig.tm;
   const int64_t accum = rc["grad_accum"];
 
   for (const nlohmann::json& rs : ref["steps"]) {
     const int64_t step = rs["step"];
     std::vector<data::Batch> micro;
     for (int64_t m = 0; m < accum; m++) micro.push_back(batch_of(f, step, m));
-    const StepResult r = train_step(tm, optim, balancer, micro, oc, step, scratch);
+    const StepResult r = rig.step(micro, oc, step);
 
     // Routing first: a flipped choice explains every later difference.
     std::vector<int64_t> ref_counts;
@@ -212,17 +227,14 @@ TEST(TrainTrajectory, BalancingBiasesMatch) {
   const nlohmann::json ref = test::read_json(traj_dir() + "/zaya1_split.json");
   const SafetensorsFile f = SafetensorsFile::open(traj_dir() + "/zaya1_split.safetensors");
   const OptimConfig oc = optim_config_of(ref["config"]);
-  const ZayaConfig mc = load_config(test::golden_dir() + "/config.json");
-  TrainModel tm = TrainModel::create(mc, test::golden_dir(), 0, DType::F32);
-  Optimizer optim(tm.params, oc);
-  BalanceController balancer(mc.num_hidden_layers, mc.num_experts, oc.balancer);
-  ForwardScratch scratch;
+  StepRig rig(oc, DType::F32);
+  const ZayaConfig& mc = rig.mc;
   for (int64_t step = 1; step <= int64_t(ref["steps"].size()); step++)
-    train_step(tm, optim, balancer, {batch_of(f, step, 0)}, oc, step, scratch);
+    rig.step({batch_of(f, step, 0)}, oc, step);
   for (int64_t l = 0; l < mc.num_hidden_layers; l++) {
     const std::string name = str_cat("model.layers.", l, ".mlp.gate.balancing_biases");
     Tensor want = f.tensor("final." + name);
-    const float* got = tm.master.w.layers[l].balancing_biases.f32();
+    const float* got = rig.tm.master.w.layers[l].balancing_biases.f32();
     ASSERT_EQ(want.numel(), mc.num_experts + 1) << name;
     const test::Diff d = test::diff(got, want.f32(), size_t(mc.num_experts + 1));
     std::printf("%s: max |diff| %.2e\n", name.c_str(), d.max_abs);
@@ -237,16 +249,12 @@ TEST(TrainStep, Bf16ComputeWeightsFollowTheMasterAfterEveryStep) {
   const nlohmann::json ref = test::read_json(traj_dir() + "/zaya1_split.json");
   const SafetensorsFile f = SafetensorsFile::open(traj_dir() + "/zaya1_split.safetensors");
   const OptimConfig oc = optim_config_of(ref["config"]);
-  const ZayaConfig mc = load_config(test::golden_dir() + "/config.json");
-  TrainModel tm = TrainModel::create(mc, test::golden_dir(), 0, DType::BF16);
-  Optimizer optim(tm.params, oc);
-  BalanceController balancer(mc.num_hidden_layers, mc.num_experts, oc.balancer);
-  ForwardScratch scratch;
-  ZayaWeights mw = tm.master.w, cw = tm.compute.w;
-  const auto master = named_params(mc, mw), compute = named_params(tm.compute.cfg, cw);
+  StepRig rig(oc, DType::BF16);
+  ZayaWeights mw = rig.tm.master.w, cw = rig.tm.compute.w;
+  const auto master = named_params(rig.mc, mw), compute = named_params(rig.tm.compute.cfg, cw);
   ASSERT_EQ(master.size(), compute.size());
   for (int64_t step = 1; step <= 3; step++) {
-    const StepResult r = train_step(tm, optim, balancer, {batch_of(f, step, 0)}, oc, step, scratch);
+    const StepResult r = rig.step({batch_of(f, step, 0)}, oc, step);
     ASSERT_TRUE(r.finite) << "step " << step;
     for (size_t i = 0; i < master.size(); i++) {
       if (!master[i].is_matrix) continue;
@@ -261,14 +269,11 @@ TEST(TrainStep, Bf16ComputeWeightsFollowTheMasterAfterEveryStep) {
 }
 
 TEST(TrainStep, RejectsBadMicroBatches) {
-  const ZayaConfig mc = load_config(test::golden_dir() + "/config.json");
-  TrainModel tm = TrainModel::create(mc, test::golden_dir(), 0, DType::F32);
   OptimConfig oc;
-  Optimizer optim(tm.params, oc);
-  BalanceController balancer(mc.num_hidden_layers, mc.num_experts, oc.balancer);
-  ForwardScratch scratch;
+  StepRig rig(oc, DType::F32);
+  const ZayaConfig& mc = rig.mc;
   try {
-    train_step(tm, optim, balancer, {}, oc, 1, scratch);
+    rig.step({}, oc, 1);
     FAIL() << "no micro-batch accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("no micro-batch"), std::string::npos) << e.what();
@@ -279,7 +284,7 @@ TEST(TrainStep, RejectsBadMicroBatches) {
   b.input_ids = {1, int32_t(mc.vocab_size)};
   b.targets = {2, 3};
   try {
-    train_step(tm, optim, balancer, {b}, oc, 1, scratch);
+    rig.step({b}, oc, 1);
     FAIL() << "an out-of-vocabulary id accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("does not fit the model's vocabulary"), std::string::npos)
@@ -287,12 +292,12 @@ TEST(TrainStep, RejectsBadMicroBatches) {
   }
   b.input_ids = {1};
   try {
-    train_step(tm, optim, balancer, {b}, oc, 1, scratch);
+    rig.step({b}, oc, 1);
     FAIL() << "a mis-sized micro-batch accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("micro-batch 0 is 1 x 2"), std::string::npos) << e.what();
   }
-  EXPECT_EQ(optim.steps_taken(), 0) << "a rejected step must not update";
+  EXPECT_EQ(rig.optim.steps_taken(), 0) << "a rejected step must not update";
 }
 
 }  // namespace
