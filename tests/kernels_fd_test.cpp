@@ -125,44 +125,62 @@ Tensor tensor_from(const std::vector<float>& v, const Shape& shape) {
 
 // ---- Norms and element-wise ops ----
 
+// N = 3: one block of rows; 70: three (rmsnorm_backward sums ḡg per 32-row block, then over the blocks).
 TEST(KernelsFd, RmsNorm) {
-  const int64_t N = 3, D = 8;
-  const float eps = 1e-5f;
-  auto x = randn(N * D), g = randn(N * D / N), r = randn(N * D);
-  std::vector<float> out(N * D), rstd(N), dx(N * D), dg(D, 0.f);
-  auto f = [&] {
-    rmsnorm_forward(out.data(), rstd.data(), x.data(), g.data(), N, D, eps);
-    return dot(out.data(), r);
-  };
-  f();
-  rmsnorm_backward(dx.data(), dg.data(), r.data(), x.data(), g.data(), rstd.data(), N, D, false);
-  fd_check("x", x, dx, f);
-  fd_check("g", g, dg, f);
+  for (const int64_t N : {int64_t(3), int64_t(70)}) {
+    SCOPED_TRACE(N);
+    const int64_t D = 8;
+    const float eps = 1e-5f;
+    auto x = randn(N * D), g = randn(D), r = randn(N * D);
+    std::vector<float> out(N * D), rstd(N), dx(N * D), dg(D, 0.f);
+    auto f = [&] {
+      rmsnorm_forward(out.data(), rstd.data(), x.data(), g.data(), N, D, eps);
+      return dot(out.data(), r);
+    };
+    f();
+    rmsnorm_backward(dx.data(), dg.data(), r.data(), x.data(), g.data(), rstd.data(), N, D, false);
+    fd_check("x", x, dx, f);
+    fd_check("g", g, dg, f);
+    // accumulate adds into din; dg accumulates across calls.
+    std::vector<float> acc(N * D, 1.f), dg2 = dg;
+    rmsnorm_backward(acc.data(), dg2.data(), r.data(), x.data(), g.data(), rstd.data(), N, D, true);
+    for (int64_t i = 0; i < N * D; i++) EXPECT_NEAR(acc[i], 1.f + dx[i], 2.4e-7f * (1.f + std::abs(dx[i])));
+    for (int64_t i = 0; i < D; i++) EXPECT_NEAR(dg2[i], 2.f * dg[i], 1e-6f * std::abs(dg[i]));
+  }
 }
 
+// H = 5: the scalar loop; 37: two 16-column vector steps (AVX-512 builds) and a scalar tail.
 TEST(KernelsFd, ResidualScale) {
-  const int64_t N = 3, H = 5;
-  auto o = randn(N * H), res = randn(N * H), hb = randn(H), hs = randn(H), rb = randn(H), rs = randn(H),
-       r = randn(N * H);
-  std::vector<float> out(N * H), d_o(N * H), d_r(N * H), dhb(H, 0.f), dhs(H, 0.f), drb(H, 0.f), drs(H, 0.f);
-  auto f = [&] {
-    residual_scale_forward(out.data(), o.data(), res.data(), hb.data(), hs.data(), rb.data(), rs.data(), N,
-                           H);
-    return dot(out.data(), r);
-  };
-  residual_scale_backward(d_o.data(), d_r.data(), dhb.data(), dhs.data(), drb.data(), drs.data(), r.data(),
-                          o.data(), res.data(), hb.data(), hs.data(), rb.data(), rs.data(), N, H, false);
-  fd_check("o", o, d_o, f);
-  fd_check("r", res, d_r, f);
-  fd_check("hidden_bias", hb, dhb, f);
-  fd_check("hidden_scale", hs, dhs, f);
-  fd_check("residual_bias", rb, drb, f);
-  fd_check("residual_scale", rs, drs, f);
-  // accumulate_dr adds into d_r (the block input feeds two consumers).
-  std::vector<float> acc(N * H, 1.f);
-  residual_scale_backward(d_o.data(), acc.data(), dhb.data(), dhs.data(), drb.data(), drs.data(), r.data(),
-                          o.data(), res.data(), hb.data(), hs.data(), rb.data(), rs.data(), N, H, true);
-  for (int64_t i = 0; i < N * H; i++) EXPECT_FLOAT_EQ(acc[i], 1.f + d_r[i]);
+  for (const int64_t H : {int64_t(5), int64_t(37)}) {
+    SCOPED_TRACE(H);
+    const int64_t N = 3;
+    auto o = randn(N * H), res = randn(N * H), hb = randn(H), hs = randn(H), rb = randn(H), rs = randn(H),
+         r = randn(N * H);
+    std::vector<float> out(N * H), d_o(N * H), d_r(N * H), dhb(H, 0.f), dhs(H, 0.f), drb(H, 0.f), drs(H, 0.f);
+    auto f = [&] {
+      residual_scale_forward(out.data(), o.data(), res.data(), hb.data(), hs.data(), rb.data(), rs.data(), N,
+                             H);
+      return dot(out.data(), r);
+    };
+    residual_scale_backward(d_o.data(), d_r.data(), dhb.data(), dhs.data(), drb.data(), drs.data(), r.data(),
+                            o.data(), res.data(), hb.data(), hs.data(), rb.data(), rs.data(), N, H, false);
+    fd_check("o", o, d_o, f);
+    fd_check("r", res, d_r, f);
+    fd_check("hidden_bias", hb, dhb, f);
+    fd_check("hidden_scale", hs, dhs, f);
+    fd_check("residual_bias", rb, drb, f);
+    fd_check("residual_scale", rs, drs, f);
+    // accumulate_dr adds into d_r (the block input feeds two consumers); d_o may be dout itself.
+    std::vector<float> acc(N * H, 1.f), in_place = r;
+    residual_scale_backward(in_place.data(), acc.data(), dhb.data(), dhs.data(), drb.data(), drs.data(),
+                            in_place.data(), o.data(), res.data(), hb.data(), hs.data(), rb.data(), rs.data(),
+                            N, H, true);
+    for (int64_t i = 0; i < N * H; i++) {
+      // The add may be fused with the product (one rounding, not two): within 2 ulp of the addends' size.
+      EXPECT_NEAR(acc[i], 1.f + d_r[i], 2.4e-7f * (1.f + std::abs(d_r[i]))) << i;
+      EXPECT_EQ(in_place[i], d_o[i]) << i;
+    }
+  }
 }
 
 TEST(KernelsFd, GeluExactErf) {

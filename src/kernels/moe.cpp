@@ -174,11 +174,19 @@ void moe_experts_backward(float* du, float* dweight, float* dgate_up, float* ddo
       const float* g = dout + t * H;
       const float* yr = y + r * H;
       float* dyr = bf16 ? (dy_row.resize(H), dy_row.data()) : dy.data() + r * H;
-      double dot = 0;
-      for (int64_t i = 0; i < H; i++) {
-        dot += double(g[i]) * yr[i];
-        dyr[i] = weight[t] * g[i];
+      // ḡw in fp64 on 16 running sums (lane i mod 16, then added in lane order): one sum made the row wait on
+      // each add's latency (the gather was 2.2 ms of a mid.json layer's backward).
+      constexpr int kLanes = 16;
+      double lane[kLanes] = {};
+      int64_t i = 0;
+      for (; i + kLanes <= H; i += kLanes) {
+#pragma omp simd
+        for (int j = 0; j < kLanes; j++) lane[j] += double(g[i + j]) * yr[i + j];
       }
+      for (int j = 0; i < H; i++, j++) lane[j] += double(g[i]) * yr[i];
+      double dot = 0;
+      for (int j = 0; j < kLanes; j++) dot += lane[j];
+      for (i = 0; i < H; i++) dyr[i] = weight[t] * g[i];
       dweight[t] = float(dot);
       if (bf16) {
         convert_f32_to_bf16(dy16.data() + r * H, dyr, H);
