@@ -45,7 +45,7 @@ void route_top1_backward(float* dlogits, const float* dweight, const float* prob
 //   dweight[T]          out: ḡw = ḡm·y_e for routed tokens, ḡm·u for passthrough skips, 0 for native skips
 //   dgate_up[E, 2I, H], ddown[E, H, I]  += fp32 weight gradients (experts never chosen get none); with
 //                       `overwrite` they are written instead (=, and zeros for experts never chosen): their
-//                       old contents are never read, so a step need not clear 0.4 of mid.json's gradient
+//                       old contents are never read, so a step need not clear 0.9 of mid.json's gradient
 //                       memory first (ZayaGrads::zero_except_experts), nor its dW products read it back
 //   dout[T, H] = ḡm; u, choice, weight, p_skip (read only for passthrough), plan, gate_up, down as in the
 //   forward; the forward's sorted intermediates gu[n, 2I] (gate|up pre-activations), act[n, I] (silu(a)⊙b),

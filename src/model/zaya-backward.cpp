@@ -40,8 +40,16 @@ void clear_tensor(Tensor& t) {
   for (int64_t i = 0; i < n; i += piece) std::memset(p + i, 0, size_t(std::min(piece, n - i)));
 }
 
+void clear_expert_grads(ZayaWeights& w) {
+  for (ZayaLayerWeights& l : w.layers) {
+    clear_tensor(l.experts_gate_up);
+    clear_tensor(l.experts_down);
+  }
+}
+
 void clear_grads(ZayaWeights& w, bool experts) {
   auto clear = clear_tensor;
+  if (experts) clear_expert_grads(w);
   clear(w.embed);
   clear(w.input_scale);
   clear(w.input_bias);
@@ -61,10 +69,6 @@ void clear_grads(ZayaWeights& w, bool experts) {
                       &l.router_fc2_bias,  &l.router_out,
                       &l.balancing_biases})
       clear(*t);
-    if (experts) {
-      clear(l.experts_gate_up);
-      clear(l.experts_down);
-    }
     for (ResidualScaleWeights* r : {&l.post_attn_scale, &l.post_mlp_scale}) {
       clear(r->hidden_scale);
       clear(r->hidden_bias);
@@ -87,10 +91,7 @@ void ZayaGrads::zero_except_experts() {
 
 void ZayaGrads::settle_experts() {
   if (!experts_stale) return;
-  for (ZayaLayerWeights& l : w.layers) {
-    clear_tensor(l.experts_gate_up);
-    clear_tensor(l.experts_down);
-  }
+  clear_expert_grads(w);
   experts_stale = false;
 }
 
