@@ -1,5 +1,6 @@
 #include "kernels/vec_math.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -129,6 +130,70 @@ void dot_f32_many(float* out, const float* x, const float* ys, int64_t ldy, int6
   if (m - j >= 2) dots_avx512<2>(out + j, x, ys + j * ldy, ldy, n), j += 2;
 #endif
   for (; j < m; j++) out[j] = dot_f32(x, ys + j * ldy, n);
+}
+
+#if defined(__AVX512F__)
+namespace {
+// The sums of 16 vectors v[k] at once, each with lane_sum's pairings (l + l+8, then l+4, l+2, l+1; IEEE
+// addition commutes, so the same pairs give the same bits): lane 4b + j of the result is the sum of
+// v[4j + b]. Each level adds a vector to a shuffled copy of a neighbour, halving the vector count.
+inline __m512 lane_sums16(const __m512* v) {
+  __m512 c[8], f[4], g[2];
+  for (int i = 0; i < 8; i++)  // blocks [v2i:0,1 | v2i+1:0,1] + [v2i:2,3 | v2i+1:2,3]: l + l+8
+    c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44),
+                         _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xEE));
+  for (int k = 0; k < 4; k++)  // block b of f[k] belongs to v[4k + b]: l + l+4
+    f[k] = _mm512_add_ps(_mm512_shuffle_f32x4(c[2 * k], c[2 * k + 1], 0x88),
+                         _mm512_shuffle_f32x4(c[2 * k], c[2 * k + 1], 0xDD));
+  for (int m = 0; m < 2; m++)  // per block b: lanes 0,1 of v[8m + b], lanes 2,3 of v[8m + 4 + b]: l + l+2
+    g[m] = _mm512_add_ps(_mm512_shuffle_ps(f[2 * m], f[2 * m + 1], 0x44),
+                         _mm512_shuffle_ps(f[2 * m], f[2 * m + 1], 0xEE));
+  return _mm512_add_ps(_mm512_shuffle_ps(g[0], g[1], 0x88),  // l + l+1
+                       _mm512_shuffle_ps(g[0], g[1], 0xDD));
+}
+}  // namespace
+#endif
+
+void dot_f32_grid(float* out, int64_t ldo, const float* xs, int64_t ldx, int64_t nx, const float* ys,
+                  int64_t ldy, int64_t ny, int64_t n) {
+  int64_t i0 = 0;
+#if defined(__AVX512F__)
+  if (n % 16 == 0 && ny >= 4) {
+    for (; i0 + 4 <= nx; i0 += 4) {
+      const float* x = xs + i0 * ldx;
+      int64_t j0 = 0;
+      for (; j0 + 4 <= ny; j0 += 4) {
+        __m512 acc[16];  // acc[4i + j]: x-row i0 + i with y-row j0 + j
+        for (int k = 0; k < 16; k++) acc[k] = _mm512_setzero_ps();
+        const float* y = ys + j0 * ldy;
+        for (int64_t c = 0; c < n; c += 16) {  // 8 loads, 16 fmas
+          __m512 xv[4], yv[4];
+          for (int i = 0; i < 4; i++) xv[i] = _mm512_loadu_ps(x + i * ldx + c);
+          for (int j = 0; j < 4; j++) yv[j] = _mm512_loadu_ps(y + j * ldy + c);
+          for (int i = 0; i < 4; i++)
+            for (int j = 0; j < 4; j++) acc[4 * i + j] = _mm512_fmadd_ps(xv[i], yv[j], acc[4 * i + j]);
+        }
+        // lane 4j + i = Σ acc[4i + j]: y-row j0 + j's four sums side by side.
+        alignas(64) float s[16];
+        _mm512_store_ps(s, lane_sums16(acc));
+        for (int j = 0; j < 4; j++)
+          for (int i = 0; i < 4; i++) out[(j0 + j) * ldo + i0 + i] = s[4 * j + i];
+      }
+      for (int i = 0; i < 4 && j0 < ny; i++) {  // the last ny % 4 y-rows
+        float s[4];
+        dot_f32_many(s, x + i * ldx, ys + j0 * ldy, ldy, ny - j0, n);
+        for (int64_t j = j0; j < ny; j++) out[j * ldo + i0 + i] = s[j - j0];
+      }
+    }
+  }
+#endif
+  for (; i0 < nx; i0++)
+    for (int64_t j0 = 0; j0 < ny; j0 += 8) {
+      float s[8];
+      const int64_t m = std::min<int64_t>(8, ny - j0);
+      dot_f32_many(s, xs + i0 * ldx, ys + j0 * ldy, ldy, m, n);
+      for (int64_t j = 0; j < m; j++) out[(j0 + j) * ldo + i0] = s[j];
+    }
 }
 
 float row_max(const float* x, int64_t n) {

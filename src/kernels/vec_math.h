@@ -30,6 +30,14 @@ float dot_f32(const float* x, const float* y, int64_t n);
 // one per output and sequence).
 void dot_f32_many(float* out, const float* x, const float* ys, int64_t ldy, int64_t m, int64_t n);
 
+// out[j·ldo + i] = dot_f32(xs + i·ldx, ys + j·ldy, n) for i < nx, j < ny, bit for bit: every pair of rows,
+// as a grouped convolution of a batched decode step needs (xs: one group's weight rows, ys: the positions'
+// inputs). On AVX-512 with n a multiple of 16, 4 x-rows by 4 y-rows at a time (8 loads per 16 fmas, where
+// dot_f32_many loads 9 per 8) and the 16 sums of a block in one transposed tree with dot_f32's pairings
+// (45 instructions for 16 sums, not 16 reductions of 8); the rest through dot_f32_many.
+void dot_f32_grid(float* out, int64_t ldo, const float* xs, int64_t ldx, int64_t nx, const float* ys,
+                  int64_t ldy, int64_t ny, int64_t n);
+
 // One exp, same polynomial as exp_shift_sum (tests compare it with std::exp).
 float exp_f32(float x);
 
