@@ -100,20 +100,20 @@ TEST(VecMath, DotManyEqualsDotBitwise) {
   }
 }
 
-// dot_f32_grid is dot_f32 for every pair, bit for bit: the 4 x 4 blocks with their transposed lane-sum tree,
-// the last ny % 4 y-rows, the last nx % 4 x-rows, lengths with a tail (the dot_f32_many path); a NaN stays in
-// its pair's row and column.
+// dot_f32_grid is dot_f32 for every pair, bit for bit: the 4 x 4 blocks with their transposed lane-sum tree
+// (16+ y-rows), the last ny % 4 y-rows, the last nx % 4 x-rows, few y-rows and lengths with a tail (the
+// dot_f32_many path); a NaN stays in its pair's row and column.
 TEST(VecMath, DotGridEqualsDotBitwise) {
   std::mt19937 rng(12);
   std::normal_distribution<float> nd(0.f, 1.f);
   for (int64_t n : {16, 37, 256}) {
     for (int64_t nx : {1, 4, 7, 9}) {
-      for (int64_t ny : {1, 3, 4, 6, 16, 19}) {
+      for (int64_t ny : {1, 3, 4, 6, 16, 17, 19, 20}) {
         const int64_t ldx = n + 5, ldy = n + 3, ldo = nx + 2;
         std::vector<float> xs(size_t(nx * ldx)), ys(size_t(ny * ldy));
         for (auto& v : xs) v = nd(rng);
         for (auto& v : ys) v = nd(rng);
-        const bool nan = nx == 7 && ny == 6;
+        const bool nan = nx == 7 && (ny == 6 || ny == 19);
         if (nan) ys[size_t(2 * ldy + n / 2)] = NAN;  // y-row 2: every x-row's dot with it is NaN
         std::vector<float> got(size_t(ny * ldo), 0.f);
         dot_f32_grid(got.data(), ldo, xs.data(), ldx, nx, ys.data(), ldy, ny, n);

@@ -42,26 +42,13 @@ void cca_grouped_taps_forward(float* out, const float* taps, const float* w1, co
   const int64_t C = dm.C(), d = dm.d, groups = dm.Hq + dm.Hk, K = d * dm.t1;
   if (dot_form) {
     // Every (output, position) pair as dot_f32 of the output's weight row (d·t1 floats) with the position's
-    // taps: the weights are read once per call, however many sequences share it. From 16 positions per
-    // group as a grid of 4 weight rows x 4 positions (dot_f32_grid, the same bits): interleaved in-process
-    // runs for ZAYA1-8B's shape (10 groups, d·t1 = 256, weights of 40 layers in turn, Zen 5, 2 threads) took
-    // 200 -> 137 us a call at 16 positions and 780 -> 405 at 64; below 16 the weight stream sets the pace
-    // and one row at a time reads it faster (4 positions: 38 vs 45 us; 12: 64 vs 75).
+    // taps (dot_f32_grid, the same bits): the weights are read once per call, however many sequences share
+    // it.
 #pragma omp parallel for schedule(static) if (T * C * K > (int64_t(1) << 17))
     for (int64_t g = 0; g < groups; g++) {
-      if (T >= 16) {
-        dot_f32_grid(out + g * d, C, w1 + g * d * K, K, d, taps + g * K, groups * K, T, K);
-        for (int64_t t = 0; t < T; t++)
-          for (int64_t o = g * d; o < (g + 1) * d; o++) out[t * C + o] += b1[o];
-        continue;
-      }
-      float s[8];
-      for (int64_t o = g * d; o < (g + 1) * d; o++)
-        for (int64_t t0 = 0; t0 < T; t0 += 8) {  // dot_f32's bits, 8 positions' chains side by side
-          const int64_t nt = std::min<int64_t>(8, T - t0);
-          dot_f32_many(s, w1 + o * K, taps + (t0 * groups + g) * K, groups * K, nt, K);
-          for (int64_t t = 0; t < nt; t++) out[(t0 + t) * C + o] = b1[o] + s[t];
-        }
+      dot_f32_grid(out + g * d, C, w1 + g * d * K, K, d, taps + g * K, groups * K, T, K);
+      for (int64_t t = 0; t < T; t++)
+        for (int64_t o = g * d; o < (g + 1) * d; o++) out[t * C + o] += b1[o];
     }
     return;
   }

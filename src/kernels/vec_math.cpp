@@ -158,7 +158,7 @@ void dot_f32_grid(float* out, int64_t ldo, const float* xs, int64_t ldx, int64_t
                   int64_t ldy, int64_t ny, int64_t n) {
   int64_t i0 = 0;
 #if defined(__AVX512F__)
-  if (n % 16 == 0 && ny >= 4) {
+  if (n % 16 == 0 && ny >= 16) {  // the threshold: vec_math.h
     for (; i0 + 4 <= nx; i0 += 4) {
       const float* x = xs + i0 * ldx;
       int64_t j0 = 0;

@@ -32,9 +32,13 @@ void dot_f32_many(float* out, const float* x, const float* ys, int64_t ldy, int6
 
 // out[j·ldo + i] = dot_f32(xs + i·ldx, ys + j·ldy, n) for i < nx, j < ny, bit for bit: every pair of rows,
 // as a grouped convolution of a batched decode step needs (xs: one group's weight rows, ys: the positions'
-// inputs). On AVX-512 with n a multiple of 16, 4 x-rows by 4 y-rows at a time (8 loads per 16 fmas, where
-// dot_f32_many loads 9 per 8) and the 16 sums of a block in one transposed tree with dot_f32's pairings
-// (45 instructions for 16 sums, not 16 reductions of 8); the rest through dot_f32_many.
+// inputs). On AVX-512, with n a multiple of 16 and 16+ y-rows: 4 x-rows by 4 y-rows at a time (8 loads per
+// 16 fmas, where dot_f32_many loads 9 per 8), the 16 sums of a block in one transposed tree with dot_f32's
+// pairings. Otherwise one x-row at a time over up to 8 y-rows (dot_f32_many): with few y-rows the x stream
+// sets the pace, and read in order it comes faster (ZAYA1-8B's conv weights, Zen 5: 4 y-rows 38 vs 45 us a
+// layer, 12: 64 vs 75; 16: 200 vs 137, 64: 780 vs 405; docs/quantization.md). gemm_small_f32's dot form
+// has the same bits for n a multiple of 16 but takes 4 y-rows (its A) against all x-rows in turn, so a
+// group's 128 kB of weights came from L2 once per 4 positions: 201-226 us at 16.
 void dot_f32_grid(float* out, int64_t ldo, const float* xs, int64_t ldx, int64_t nx, const float* ys,
                   int64_t ldy, int64_t ny, int64_t n);
 
