@@ -147,6 +147,7 @@ BENCHMARK_CAPTURE(BM_Weights, q8_0_vnni, DType::Q8_0, false, true)
     ->UseRealTime();
 BENCHMARK_CAPTURE(BM_Weights, mxfp4_vnni, DType::MXFP4, false, true)
     ->Arg(1)
+    ->Arg(2)
     ->Arg(4)
     ->Arg(8)
     ->Arg(16)
@@ -199,6 +200,47 @@ BENCHMARK_CAPTURE(BM_Weights, fp8_dot, DType::F8_E4M3, false, false, QuantPath::
     ->Arg(8)
     ->Arg(16)
     ->UseRealTime();
+
+// A batch-16 decode step's experts as ZAYA1-8B's MXFP4 checkpoints hold them: per layer gate_up [16, 4096,
+// 2048] and down [16, 2048, 2048], packed (the sources released, as a loaded model does), 16 rows routed at
+// random (about 10 experts a layer, 1-4 rows each), over 10 layers' own copies (~0.7 GB). Time per layer.
+void BM_DecodeExperts16(benchmark::State& state) {
+  constexpr int kLayers = 10;
+  struct Layer {
+    Tensor gate_up, down;
+    std::vector<int64_t> offsets;  // [17]
+  };
+  static std::vector<Layer> layers;
+  if (layers.empty()) {
+    auto experts = [](int64_t N, int64_t K, uint32_t seed) {
+      Tensor f = weights(DType::F32, 16 * N, K, seed);
+      Tensor q = quantize(Tensor::view(DType::F32, {16, N, K}, f.data, f.owner), DType::MXFP4);
+      pack_for_decode(q, /*release_source=*/true);
+      return q;
+    };
+    for (int l = 0; l < kLayers; l++) {
+      Layer L{experts(4096, 2048, 2 * l), experts(2048, 2048, 2 * l + 1), std::vector<int64_t>(17, 0)};
+      std::mt19937 rng(l);
+      for (int t = 0; t < 16; t++) L.offsets[1 + rng() % 16]++;
+      for (int e = 0; e < 16; e++) L.offsets[e + 1] += L.offsets[e];
+      layers.push_back(std::move(L));
+    }
+  }
+  Tensor x = activations(16, 2048), gu = activations(16, 4096), y = activations(16, 2048);
+  double bytes = 0;  // the experts a layer's rows read, averaged over the layers
+  for (const Layer& L : layers)
+    for (int e = 0; e < 16; e++)
+      if (L.offsets[e + 1] > L.offsets[e]) bytes += (4096.0 + 2048.0) * 2048.0 * 17.0 / 32.0 / kLayers;
+  int l = 0;
+  for (auto _ : state) {
+    const Layer& L = layers[size_t(l++ % kLayers)];
+    quant_grouped_linear_forward(gu.f32(), x.f32(), L.gate_up, L.offsets.data(), 16);
+    quant_grouped_linear_forward(y.f32(), gu.f32(), L.down, L.offsets.data(), 16);
+    benchmark::DoNotOptimize(y.f32());
+  }
+  state.counters["GB/s"] = benchmark::Counter(bytes, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_DecodeExperts16)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 // The ZAYA1-8B LM head as decode reads it: [262272, 2048] bf16 (1.07 GB, far beyond any cache), on huge
 // pages as `--no-mmap` loads it, through the streaming path decode takes (M rows).

@@ -809,14 +809,54 @@ struct Prefetch {
   }
 };
 
-// out[m, 16g .. 16g + 15] for the MR activation rows m0 .. m0 + MR - 1 (out points at row m0), from group
-// `grp`. Per block: the integer dots of 16 weight rows with each activation row (vpdpbusd on u8 = w + 128
-// weights, started from -128 · Σ a_q to take the offset back out), then one fma per row: the block's dot as
-// fp32 times s_w · s_a. Sum order per output: blocks in order, whatever MR (batch invariant).
+// The VNNI kernel's activations in its read order. For each region of R rows (a grouped call's expert, or all
+// M rows of a one-matrix call) starting at row r0, block by block: q[b][R][32] at r0·K, neg_sum128[b][R] and
+// d[b][R] at r0·nb. A block's rows then sit side by side, so a register block of rows reads them at fixed
+// offsets from three pointers; with one row per ActQ8 row (the [M, K] layout) the kernel computed each row's
+// address per block, and at 8 rows GCC spilled those pointers (Zen 5, [4096, 2048] from memory, in-process
+// randomly interleaved: Q8_0 16 rows 17.9 / 21.8 -> 24.7 / 27.7 GB/s, MXFP4 2 rows 34.6 / 38.8 -> 40.3 /
+// 41.7; 1 and 4 rows level). Regions of one row are ActQ8's own layout, so then nothing is copied.
+struct ActBlocksView {
+  const int8_t* q;
+  const int32_t* neg_sum128;
+  const float* d;
+};
+
+// `a` as ActBlocksView for the regions [offsets[e], offsets[e + 1]), e < E; the copy goes to `scratch` (the
+// calling thread's; the view may point into it or into `a`).
+ActBlocksView act_blocks(ActQ8* scratch, const ActQ8& a, const int64_t* offsets, int64_t E, int64_t K) {
+  bool one_row = true;
+  for (int64_t e = 0; e < E; e++) one_row &= offsets[e + 1] - offsets[e] <= 1;
+  if (one_row) return {a.q.data(), a.neg_sum128.data(), a.d.data()};
+  const int64_t nb = K / 32, M = offsets[E];
+  scratch->q.resize(size_t(M * K));
+  scratch->neg_sum128.resize(size_t(M * nb));
+  scratch->d.resize(size_t(M * nb));
+  for (int64_t e = 0; e < E; e++) {
+    const int64_t r0 = offsets[e], R = offsets[e + 1] - r0;
+    int8_t* q = scratch->q.data() + r0 * K;
+    int32_t* ns = scratch->neg_sum128.data() + r0 * nb;
+    float* d = scratch->d.data() + r0 * nb;
+    for (int64_t b = 0; b < nb; b++) {
+      for (int64_t m = 0; m < R; m++) {
+        std::memcpy(q + (b * R + m) * 32, a.q.data() + (r0 + m) * K + b * 32, 32);
+        ns[b * R + m] = a.neg_sum128[size_t((r0 + m) * nb + b)];
+        d[b * R + m] = a.d[size_t((r0 + m) * nb + b)];
+      }
+    }
+  }
+  return {scratch->q.data(), scratch->neg_sum128.data(), scratch->d.data()};
+}
+
+// out[m, 16g .. 16g + 15] for MR activation rows (out points at the first), from group `grp`; their block b
+// at q + b·R·32 + m·32, neg_sum128 / d + b·R + m (ActBlocksView, R the region's rows). Per block: the integer
+// dots of 16 weight rows with each activation row (vpdpbusd on u8 = w + 128 weights, started from -128 · Σ
+// a_q to take the offset back out), then one fma per row: the block's dot as fp32 times s_w · s_a. Sum order
+// per output: blocks in order, whatever MR or R (batch invariant).
 template <DType F, int MR>
-void packed_group(float* out, int64_t ldc, const ActQ8& a, int64_t m0, const DecodePack& p,
-                  const uint8_t* grp, int64_t col, const Prefetch& pf) {
-  const int64_t nb = p.nb, K = p.K;
+void packed_group(float* out, int64_t ldc, const int8_t* q, const int32_t* neg_sum128, const float* d,
+                  int64_t R, const DecodePack& p, const uint8_t* grp, int64_t col, const Prefetch& pf) {
+  const int64_t nb = p.nb;
   // 2 · E2M1 + 128 for the 16 codes (the table holds the doubled values, so the scale is halved).
   const __m512i lut = _mm512_broadcast_i32x4(
       _mm_setr_epi8(char(128), char(129), char(130), char(131), char(132), char(134), char(136), char(140),
@@ -824,36 +864,32 @@ void packed_group(float* out, int64_t ldc, const ActQ8& a, int64_t m0, const Dec
   const __m512i low4 = _mm512_set1_epi8(0x0F);
   __m512 facc[MR];
   for (int m = 0; m < MR; m++) facc[m] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < nb; b++) {
+  for (int64_t b = 0; b < nb; b++, q += R * 32, neg_sum128 += R, d += R) {
     const uint8_t* blk = grp + size_t(b) * p.block_bytes;
     // The packed weights stream front to back; the hardware prefetcher alone left M = 1 at ~15 GB/s.
     pf.block(b);
     __m512i acc[MR];
-    const int8_t* aq[MR];
-    for (int m = 0; m < MR; m++) {
-      acc[m] = _mm512_set1_epi32(a.neg_sum128[size_t((m0 + m) * nb + b)]);
-      aq[m] = a.q.data() + (m0 + m) * K + b * 32;
-    }
+    for (int m = 0; m < MR; m++) acc[m] = _mm512_set1_epi32(neg_sum128[m]);
     __m512 sc;
     if constexpr (F == DType::Q8_0) {
 #pragma GCC unroll 8
-      for (int q = 0; q < 8; q++) {
-        const __m512i w = _mm512_loadu_si512(blk + 64 * q);
+      for (int j = 0; j < 8; j++) {
+        const __m512i w = _mm512_loadu_si512(blk + 64 * j);
 #pragma GCC unroll 8
         for (int m = 0; m < MR; m++)
-          acc[m] = _mm512_dpbusd_epi32(acc[m], w, _mm512_set1_epi32(load_i32(aq[m] + 4 * q)));
+          acc[m] = _mm512_dpbusd_epi32(acc[m], w, _mm512_set1_epi32(load_i32(q + m * 32 + 4 * j)));
       }
       sc = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 512)));
     } else {
 #pragma GCC unroll 4
-      for (int q = 0; q < 4; q++) {
-        const __m512i v = _mm512_loadu_si512(blk + 64 * q);
+      for (int j = 0; j < 4; j++) {
+        const __m512i v = _mm512_loadu_si512(blk + 64 * j);
         const __m512i lo = _mm512_shuffle_epi8(lut, _mm512_and_si512(v, low4));
         const __m512i hi = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), low4));
 #pragma GCC unroll 8
         for (int m = 0; m < MR; m++) {
-          acc[m] = _mm512_dpbusd_epi32(acc[m], lo, _mm512_set1_epi32(load_i32(aq[m] + 4 * q)));
-          acc[m] = _mm512_dpbusd_epi32(acc[m], hi, _mm512_set1_epi32(load_i32(aq[m] + 16 + 4 * q)));
+          acc[m] = _mm512_dpbusd_epi32(acc[m], lo, _mm512_set1_epi32(load_i32(q + m * 32 + 4 * j)));
+          acc[m] = _mm512_dpbusd_epi32(acc[m], hi, _mm512_set1_epi32(load_i32(q + m * 32 + 16 + 4 * j)));
         }
       }
       const __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 256)));
@@ -864,35 +900,43 @@ void packed_group(float* out, int64_t ldc, const ActQ8& a, int64_t m0, const Dec
     }
 #pragma GCC unroll 8
     for (int m = 0; m < MR; m++) {
-      const __m512 s = _mm512_mul_ps(sc, _mm512_set1_ps(a.d[size_t((m0 + m) * nb + b)]));
+      const __m512 s = _mm512_mul_ps(sc, _mm512_set1_ps(d[m]));
       facc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[m]), s, facc[m]);
     }
   }
   for (int m = 0; m < MR; m++) _mm512_storeu_ps(out + m * ldc + col, facc[m]);
 }
 
-// Columns [n0, n1) (multiples of 16) of out[M, N] for activation rows m0 .. m0 + M - 1 of `a`, expert e. Each
-// group meets all M rows while it is in L1 (8, 4, 2, 1 rows at a time).
+// Columns [n0, n1) (multiples of 16) of out[M, N] for the region of M activation rows starting at row r0 of
+// `a` (ActBlocksView), expert e. Each group meets all M rows while it is in L1 (8, 4, 2, 1 rows at a time).
 template <DType F>
-void packed_tile(float* out, int64_t ldc, const ActQ8& a, int64_t m0, int64_t M, const DecodePack& p,
+void packed_tile(float* out, int64_t ldc, const ActBlocksView& a, int64_t r0, int64_t M, const DecodePack& p,
                  int64_t e, int64_t n0, int64_t n1) {
   const int passes = row_blocks(M);
+  const int8_t* q = a.q + r0 * p.K;
+  const int32_t* ns = a.neg_sum128 + r0 * p.nb;
+  const float* d = a.d + r0 * p.nb;
   for (int64_t g = n0 / 16; g < n1 / 16; g++) {
     const uint8_t* grp = p.group(e, g);
     int64_t m = 0;
     int pass = 0;
     auto pf = [&]() { return Prefetch(grp, p, passes, pass++); };
-    for (; m + 8 <= M; m += 8) packed_group<F, 8>(out + m * ldc, ldc, a, m0 + m, p, grp, 16 * g, pf());
-    if (M - m >= 4) packed_group<F, 4>(out + m * ldc, ldc, a, m0 + m, p, grp, 16 * g, pf()), m += 4;
-    if (M - m >= 2) packed_group<F, 2>(out + m * ldc, ldc, a, m0 + m, p, grp, 16 * g, pf()), m += 2;
-    if (M - m >= 1) packed_group<F, 1>(out + m * ldc, ldc, a, m0 + m, p, grp, 16 * g, pf());
+    auto rows = [&](auto mr) {
+      constexpr int MR = decltype(mr)::value;
+      packed_group<F, MR>(out + m * ldc, ldc, q + m * 32, ns + m, d + m, M, p, grp, 16 * g, pf());
+      m += MR;
+    };
+    while (M - m >= 8) rows(std::integral_constant<int, 8>());
+    if (M - m >= 4) rows(std::integral_constant<int, 4>());
+    if (M - m >= 2) rows(std::integral_constant<int, 2>());
+    if (M - m >= 1) rows(std::integral_constant<int, 1>());
   }
 }
 
-void packed_tile_any(float* out, int64_t ldc, const ActQ8& a, int64_t m0, int64_t M, const DecodePack& p,
-                     int64_t e, int64_t n0, int64_t n1) {
-  if (p.fmt == DType::Q8_0) return packed_tile<DType::Q8_0>(out, ldc, a, m0, M, p, e, n0, n1);
-  packed_tile<DType::MXFP4>(out, ldc, a, m0, M, p, e, n0, n1);
+void packed_tile_any(float* out, int64_t ldc, const ActBlocksView& a, int64_t r0, int64_t M,
+                     const DecodePack& p, int64_t e, int64_t n0, int64_t n1) {
+  if (p.fmt == DType::Q8_0) return packed_tile<DType::Q8_0>(out, ldc, a, r0, M, p, e, n0, n1);
+  packed_tile<DType::MXFP4>(out, ldc, a, r0, M, p, e, n0, n1);
 }
 
 // ---- The float kernels over packed weights: BF16 matrices on CPUs where vdpbf16ps is slow, FP8 ones ----
@@ -1981,13 +2025,15 @@ void quant_linear_forward_with(QuantPath path, float* out, int64_t ldc, const fl
   }
   if (const DecodePack* p =
           path == QuantPath::Stream && quant_int8_activations() ? int8_pack_of(W) : nullptr) {
-    thread_local ActQ8
-        aq_here;  // the calling thread's; a lambda naming a thread_local reads its own thread's
-    const ActQ8& aq = aq_here;
+    // The calling thread's buffers (a lambda naming a thread_local would read its own thread's); the view
+    // holds their addresses.
+    thread_local ActQ8 aq_here, blocks_here;
     quantize_activations(&aq_here, in, M, w.K);
+    const int64_t one_region[2] = {0, M};
+    const ActBlocksView ab = act_blocks(&blocks_here, aq_here, one_region, 1, w.K);
     const std::vector<Tile> tiles = matrix_tiles(w.N);
     run_tiles(tiles, size_t(w.N / 16) * size_t(p->nb) * p->block_bytes,
-              [&](const Tile& t) { packed_tile_any(out, ldc, aq, 0, M, *p, 0, t.n0, t.n1); });
+              [&](const Tile& t) { packed_tile_any(out, ldc, ab, 0, M, *p, 0, t.n0, t.n1); });
     return;
   }
 #endif
@@ -2090,13 +2136,13 @@ void quant_grouped_linear_forward(float* out, const float* in, const Tensor& W, 
   }
 #if defined(ZAYA_DECODE_VNNI)
   if (const DecodePack* p = quant_int8_activations() ? int8_pack_of(W) : nullptr) {
-    thread_local ActQ8 aq_here;  // the calling thread's (see quant_linear_forward_with)
-    const ActQ8& aq = aq_here;
+    thread_local ActQ8 aq_here, blocks_here;  // the calling thread's (see quant_linear_forward_with)
     quantize_activations(&aq_here, in, T, K);
+    const ActBlocksView ab = act_blocks(&blocks_here, aq_here, offsets, E, K);
     const std::vector<Tile> tiles = expert_tiles(streamed, N);
     run_tiles(tiles, streamed.size() * size_t(N / 16) * size_t(p->nb) * p->block_bytes, [&](const Tile& t) {
       const int64_t r0 = offsets[t.expert], rows = offsets[t.expert + 1] - r0;
-      packed_tile_any(out + r0 * N, N, aq, r0, rows, *p, t.expert, t.n0, t.n1);
+      packed_tile_any(out + r0 * N, N, ab, r0, rows, *p, t.expert, t.n0, t.n1);
     });
     return;
   }
