@@ -822,9 +822,17 @@ struct ActBlocksView {
   const float* d;
 };
 
+// The block-by-block copy an ActBlocksView points into when some region has 2+ rows (ActQ8's three arrays
+// in the order above).
+struct ActBlocks {
+  std::vector<int8_t> q;            // per region [nb][R][32]
+  std::vector<int32_t> neg_sum128;  // per region [nb][R]
+  std::vector<float> d;             // per region [nb][R]
+};
+
 // `a` as ActBlocksView for the regions [offsets[e], offsets[e + 1]), e < E; the copy goes to `scratch` (the
 // calling thread's; the view may point into it or into `a`).
-ActBlocksView act_blocks(ActQ8* scratch, const ActQ8& a, const int64_t* offsets, int64_t E, int64_t K) {
+ActBlocksView act_blocks(ActBlocks* scratch, const ActQ8& a, const int64_t* offsets, int64_t E, int64_t K) {
   bool one_row = true;
   for (int64_t e = 0; e < E; e++) one_row &= offsets[e + 1] - offsets[e] <= 1;
   if (one_row) return {a.q.data(), a.neg_sum128.data(), a.d.data()};
@@ -2027,7 +2035,8 @@ void quant_linear_forward_with(QuantPath path, float* out, int64_t ldc, const fl
           path == QuantPath::Stream && quant_int8_activations() ? int8_pack_of(W) : nullptr) {
     // The calling thread's buffers (a lambda naming a thread_local would read its own thread's); the view
     // holds their addresses.
-    thread_local ActQ8 aq_here, blocks_here;
+    thread_local ActQ8 aq_here;
+    thread_local ActBlocks blocks_here;
     quantize_activations(&aq_here, in, M, w.K);
     const int64_t one_region[2] = {0, M};
     const ActBlocksView ab = act_blocks(&blocks_here, aq_here, one_region, 1, w.K);
@@ -2136,7 +2145,8 @@ void quant_grouped_linear_forward(float* out, const float* in, const Tensor& W, 
   }
 #if defined(ZAYA_DECODE_VNNI)
   if (const DecodePack* p = quant_int8_activations() ? int8_pack_of(W) : nullptr) {
-    thread_local ActQ8 aq_here, blocks_here;  // the calling thread's (see quant_linear_forward_with)
+    thread_local ActQ8 aq_here;  // the calling thread's (see quant_linear_forward_with)
+    thread_local ActBlocks blocks_here;
     quantize_activations(&aq_here, in, T, K);
     const ActBlocksView ab = act_blocks(&blocks_here, aq_here, offsets, E, K);
     const std::vector<Tile> tiles = expert_tiles(streamed, N);
