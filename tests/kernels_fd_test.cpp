@@ -27,6 +27,7 @@
 
 #include "core/error.h"
 #include "core/tensor.h"
+#include "core/threads.h"
 #include "kernels/attention.h"
 #include "kernels/cca.h"
 #include "kernels/delayed_values.h"
@@ -565,58 +566,85 @@ TEST(KernelsFd, AttentionFusedPathSlidingWindow) {
   check_attention(2, 1, 32, 40, 9, false, /*every=*/7);
 }
 
-// attention_forward against a double-precision softmax on a prefill chunk against a cache: queries at
-// positions n − S .. n − 1 of n keys (key_pos0 = 0), global and windowed, some keys padded, head_dim 16 and
-// 64 (the fused kernel), 8 (the GEMM path). Out and lse within 1e-5 (fp32 products over ≤ 64 terms and an
-// fp32 online softmax: measured ≤ 1e-6).
-TEST(Kernels, AttentionChunkAgainstCacheMatchesDoubleReference) {
-  for (int64_t d : {16, 64, 8}) {
-    for (int64_t window : {0, 20}) {
-      const int64_t Hq = 4, Hk = 2, G = Hq / Hk, n = 75, S = 29, p0 = n - S;
-      SCOPED_TRACE("d " + std::to_string(d) + " window " + std::to_string(window));
-      auto q = randn(S * Hq * d), k = randn(Hk * n * d), v = randn(Hk * n * d);
-      std::vector<int64_t> pos(S);
-      for (int64_t t = 0; t < S; t++) pos[t] = p0 + t;
-      std::vector<uint8_t> valid(n, 1);
-      for (int64_t i : {0, 3, 31, 50}) valid[i] = 0;
-      AttentionArgs a;
-      a.S = S, a.Hq = Hq, a.Hk = Hk, a.d = d, a.n_keys = n, a.key_pos0 = 0, a.key_stride = n * d;
-      a.window = window;
-      std::vector<float> out(S * Hq * d), lse(S * Hq);
-      attention_forward(out.data(), lse.data(), q.data(), Hq * d, k.data(), v.data(), pos.data(),
-                        valid.data(), a);
-      double worst = 0;
-      for (int64_t t = 0; t < S; t++) {
-        for (int64_t h = 0; h < Hq; h++) {
-          const float* kh = k.data() + (h / G) * n * d;
-          const float* vh = v.data() + (h / G) * n * d;
-          const int64_t first = window > 0 ? std::max<int64_t>(0, pos[t] - window + 1) : 0;
-          std::vector<double> sc;
-          std::vector<int64_t> keys;
-          for (int64_t j = first; j <= pos[t]; j++) {
-            if (!valid[j]) continue;
-            double s = 0;
-            for (int64_t c = 0; c < d; c++) s += double(q[(t * Hq + h) * d + c]) * kh[j * d + c];
-            sc.push_back(s / std::sqrt(double(d)));
-            keys.push_back(j);
-          }
-          double mx = -1e300, sum = 0;
-          for (double s : sc) mx = std::max(mx, s);
-          for (double s : sc) sum += std::exp(s - mx);
-          for (int64_t c = 0; c < d; c++) {
-            double o = 0;
-            for (size_t i = 0; i < keys.size(); i++) o += std::exp(sc[i] - mx) / sum * vh[keys[i] * d + c];
-            const float got = out[(t * Hq + h) * d + c];
-            ASSERT_TRUE(std::isfinite(got)) << "t " << t << " h " << h;
-            worst = std::max(worst, std::abs(got - o));
-            ASSERT_NEAR(got, o, 1e-5) << "t " << t << " h " << h << " c " << c;
-          }
-          ASSERT_NEAR(lse[t * Hq + h], mx + std::log(sum), 1e-5) << "t " << t << " h " << h;
-        }
+namespace {
+
+// attention_forward for S queries at positions n - S .. n - 1 of n keys (key_pos0 = 0), keys 0, 3, 31 and 50
+// padded, against a double-precision softmax. Out and lse within 1e-5 (fp32 products over <= 128 terms and an
+// fp32 softmax: measured <= 1e-6).
+void check_attention_against_double(int64_t S, int64_t Hq, int64_t Hk, int64_t d, int64_t n, int64_t window) {
+  const int64_t G = Hq / Hk, p0 = n - S;
+  SCOPED_TRACE("S " + std::to_string(S) + " Hq " + std::to_string(Hq) + " Hk " + std::to_string(Hk) + " d " +
+               std::to_string(d) + " window " + std::to_string(window));
+  auto q = randn(S * Hq * d), k = randn(Hk * n * d), v = randn(Hk * n * d);
+  std::vector<int64_t> pos(S);
+  for (int64_t t = 0; t < S; t++) pos[t] = p0 + t;
+  std::vector<uint8_t> valid(n, 1);
+  for (int64_t i : {0, 3, 31, 50})
+    if (i < n) valid[i] = 0;
+  AttentionArgs a;
+  a.S = S, a.Hq = Hq, a.Hk = Hk, a.d = d, a.n_keys = n, a.key_pos0 = 0, a.key_stride = n * d;
+  a.window = window;
+  std::vector<float> out(S * Hq * d), lse(S * Hq);
+  attention_forward(out.data(), lse.data(), q.data(), Hq * d, k.data(), v.data(), pos.data(), valid.data(),
+                    a);
+  double worst = 0;
+  for (int64_t t = 0; t < S; t++) {
+    for (int64_t h = 0; h < Hq; h++) {
+      const float* kh = k.data() + (h / G) * n * d;
+      const float* vh = v.data() + (h / G) * n * d;
+      const int64_t first = window > 0 ? std::max<int64_t>(0, pos[t] - window + 1) : 0;
+      std::vector<double> sc;
+      std::vector<int64_t> keys;
+      for (int64_t j = first; j <= pos[t]; j++) {
+        if (!valid[j]) continue;
+        double s = 0;
+        for (int64_t c = 0; c < d; c++) s += double(q[(t * Hq + h) * d + c]) * kh[j * d + c];
+        sc.push_back(s / std::sqrt(double(d)));
+        keys.push_back(j);
       }
-      std::printf("d %lld window %lld: max |out - reference| %.2g\n", (long long)d, (long long)window, worst);
+      double mx = -1e300, sum = 0;
+      for (double s : sc) mx = std::max(mx, s);
+      for (double s : sc) sum += std::exp(s - mx);
+      for (int64_t c = 0; c < d; c++) {
+        double o = 0;
+        for (size_t i = 0; i < keys.size(); i++) o += std::exp(sc[i] - mx) / sum * vh[keys[i] * d + c];
+        const float got = out[(t * Hq + h) * d + c];
+        ASSERT_TRUE(std::isfinite(got)) << "t " << t << " h " << h;
+        worst = std::max(worst, std::abs(got - o));
+        ASSERT_NEAR(got, o, 1e-5) << "t " << t << " h " << h << " c " << c;
+      }
+      ASSERT_NEAR(lse[t * Hq + h], mx + std::log(sum), 1e-5) << "t " << t << " h " << h;
     }
   }
+  std::printf("S %lld d %lld window %lld: max |out - reference| %.2g\n", (long long)S, (long long)d,
+              (long long)window, worst);
+}
+
+}  // namespace
+
+// A prefill chunk against a cache: head_dim 16 and 64 (the fused kernel), 8 (the GEMM path).
+TEST(Kernels, AttentionChunkAgainstCacheMatchesDoubleReference) {
+  for (int64_t d : {16, 64, 8})
+    for (int64_t window : {0, 20}) check_attention_against_double(29, 4, 2, d, 75, window);
+}
+
+// Decode (fewer than 8 queries: the per-row path, where the query heads sharing a KV head take their scores
+// together and split into parts when there are more threads than (query, KV head) pairs): ZAYA1-8B's head
+// layout (8 query heads on 2 KV heads, d 128) and others, 1 and 8 threads, 70 keys (some dot_f32_grid blocks
+// of 4 x 4, a tail) and 5 (fewer than its 16-key blocks).
+TEST(Kernels, AttentionDecodeRowsMatchDoubleReference) {
+  const int threads = num_threads();
+  for (int th : {1, 8}) {
+    set_num_threads(th);
+    for (int64_t S : {1, 3})
+      for (int64_t n : {70, 5})
+        for (int64_t window : {0, 20}) {
+          check_attention_against_double(S, 8, 2, 128, n, window);
+          check_attention_against_double(S, 4, 1, 16, n, window);
+          check_attention_against_double(S, 3, 3, 8, n, window);
+        }
+  }
+  set_num_threads(threads);
 }
 
 // ---- Experts over sorted tokens, skip class ----
