@@ -287,6 +287,17 @@ TEST(Checkpoint, ShardsAssembleAndMalformedManifestsAreErrors) {
   m = nlohmann::json::parse(good);
   m["files"][0]["file"] = "../etc/passwd";
   expect_error(m.dump(), "bad data file name");
+  // An empty name or "." names the checkpoint folder itself (the fuzzer found the empty one escaping as a
+  // std::filesystem error from file_size on a directory).
+  for (const char* name : {"", "."}) {
+    m = nlohmann::json::parse(good);
+    m["files"][0]["file"] = name;
+    expect_error(m.dump(), "bad data file name");
+  }
+  m = nlohmann::json::parse(good);
+  fs::create_directory(fs::path(dir) / "sub.bin");
+  m["files"][0]["file"] = "sub.bin";
+  expect_error(m.dump(), "not a regular file");
   m = nlohmann::json::parse(good);
   m["tensors"][1]["shape"] = {8};
   expect_error(m.dump(), "does not match");

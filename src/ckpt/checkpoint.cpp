@@ -223,10 +223,14 @@ Checkpoint Checkpoint::open(const std::string& dir) {
                ": 'files' and 'tensors' must be arrays");
     for (const auto& f : m.at("files")) {
       const std::string name = string_field(f, "file", mpath);
-      ZAYA_CHECK(name.find('/') == std::string::npos && name.find("..") == std::string::npos, mpath,
-                 ": bad data file name ", name);
+      // A plain file name inside the checkpoint's folder (an empty one or "." would name the folder itself).
+      ZAYA_CHECK(!name.empty() && name != "." && name.find('/') == std::string::npos &&
+                     name.find("..") == std::string::npos,
+                 mpath, ": bad data file name '", name,
+                 "' (expected a file name inside the checkpoint folder)");
       const std::string path = (fs::path(dir) / name).string();
       ZAYA_CHECK(fs::exists(path), path, ": data file is missing");
+      ZAYA_CHECK(fs::is_regular_file(path), path, ": data file is not a regular file");
       const uint64_t want = uint64_t(count_field(f, "size", mpath));
       ZAYA_CHECK(fs::file_size(path) == want, path, ": size ", fs::file_size(path),
                  " bytes, the manifest says ", want, " (truncated or overwritten)");
@@ -274,6 +278,8 @@ Checkpoint Checkpoint::open(const std::string& dir) {
                  "): checksum mismatch (the data file is corrupted)");
   } catch (const json::exception& e) {
     throw Error(str_cat(mpath, ": malformed manifest (", e.what(), ")"));
+  } catch (const fs::filesystem_error& e) {
+    throw Error(str_cat(mpath, ": cannot read a data file it lists (", e.what(), ")"));
   }
   c.manifest_ = std::move(m);
   return c;
