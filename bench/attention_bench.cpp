@@ -88,4 +88,30 @@ BENCHMARK(BM_AttentionPerThread)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
+// Decode: one query per sequence against a cache of N keys, threaded by the pool as `zaya generate` runs it
+// (attention_rows). Shape of ZAYA1-8B (8 query heads, 2 KV heads, head_dim 128) unless the args say. GB/s
+// counts the keys and values once (what the step must read; the 4 query heads of a KV head share them).
+// Args: N keys, Hq, Hk, d.
+void BM_AttentionDecode(benchmark::State& state) {
+  const int64_t N = state.range(0), Hq = state.range(1), Hk = state.range(2), d = state.range(3);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  std::vector<float> q(size_t(Hq * d)), k(size_t(Hk * N * d)), v(k.size()), out(q.size());
+  for (float* x : {q.data(), k.data(), v.data()})
+    for (size_t i = 0; i < (x == q.data() ? q.size() : k.size()); i++) x[i] = normal(rng);
+  const int64_t pos = N - 1;
+  AttentionArgs a;
+  a.S = 1, a.Hq = Hq, a.Hk = Hk, a.d = d, a.n_keys = N, a.key_pos0 = 0, a.key_stride = N * d;
+  for (auto _ : state) {
+    attention_forward(out.data(), nullptr, q.data(), Hq * d, k.data(), v.data(), &pos, nullptr, a);
+    benchmark::DoNotOptimize(out.data());
+  }
+  const double bytes = 2.0 * double(Hk * N * d) * sizeof(float);
+  state.counters["GB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_AttentionDecode)
+    ->ArgsProduct({{512, 4096, 32768}, {8}, {2}, {128}})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
 }  // namespace

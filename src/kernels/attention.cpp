@@ -62,55 +62,74 @@ namespace {
 
 // Few queries (decode, short chunks): dot products per query, no GEMM (whose primitives are per shape and
 // the key count changes every step).
-// o[0, d) = Σ_{j in [first, last], p[j] != 0} p[j] · v[j·d, (j+1)·d), summed over j in order for each
-// element (the same fma chain whatever the vector width: every path gives the same bits); 128 elements at a
-// time kept in registers across the keys (a store per key and vector cost 30% before).
-inline void weighted_rows_f32(float* o, const float* p, const float* v, int64_t first, int64_t last,
-                              int64_t d) {
-  int64_t i0 = 0;
+// For each of nh heads g (nh query heads sharing one KV head): o[g·d, (g+1)·d) = Σ_{j in [first, last],
+// p[g·ldp + j] != 0} p[g·ldp + j] · v[j·d, (j+1)·d), summed over j in order for each element (the same fma
+// chain whatever the vector width or head count: every path gives the same bits). Up to 4 heads at a time
+// take each value row from one load, 64 elements a pass (16 accumulators in registers across the keys; a
+// store per key and vector cost 30% before), so the values are read once, not once per head: ZAYA1-8B's
+// shape (4 query heads per KV head), one decode query, 2 threads, Zen 5 (bench/attention_bench
+// BM_AttentionDecode, two alternating runs): 249-279 -> 200-221 us at 4096 keys, 4274-4649 -> 3208-3659 at
+// 32768.
+inline void weighted_rows_f32(float* o, const float* p, int64_t ldp, int64_t nh, const float* v,
+                              int64_t first, int64_t last, int64_t d) {
+  for (int64_t g0 = 0; g0 < nh; g0 += 4) {
+    const int64_t ng = std::min<int64_t>(4, nh - g0);
+    const float* pg = p + g0 * ldp;
+    float* og = o + g0 * d;
+    int64_t i0 = 0;
 #if defined(__AVX512F__)
-  for (; i0 + 128 <= d; i0 += 128) {
-    __m512 acc[8];
-    for (int u = 0; u < 8; u++) acc[u] = _mm512_setzero_ps();
-    for (int64_t j = first; j <= last; j++) {
-      if (p[j] == 0.f) continue;
-      const __m512 pj = _mm512_set1_ps(p[j]);
-      const float* vv = v + j * d + i0;
-      for (int u = 0; u < 8; u++) acc[u] = _mm512_fmadd_ps(pj, _mm512_loadu_ps(vv + 16 * u), acc[u]);
-    }
-    for (int u = 0; u < 8; u++) _mm512_storeu_ps(o + i0 + 16 * u, acc[u]);
-  }
-  for (; i0 + 16 <= d; i0 += 16) {  // head_dim 64 (mid.json): four of these
-    __m512 acc = _mm512_setzero_ps();
-    for (int64_t j = first; j <= last; j++)
-      if (p[j] != 0.f) acc = _mm512_fmadd_ps(_mm512_set1_ps(p[j]), _mm512_loadu_ps(v + j * d + i0), acc);
-    _mm512_storeu_ps(o + i0, acc);
-  }
+    constexpr int64_t kW = 16;  // floats a vector
+    using vec = __m512;
+    auto zero = [] { return _mm512_setzero_ps(); };
+    auto load = [](const float* x) { return _mm512_loadu_ps(x); };
+    auto store = [](float* x, vec a) { _mm512_storeu_ps(x, a); };
+    auto fma = [](float s, vec x, vec acc) { return _mm512_fmadd_ps(_mm512_set1_ps(s), x, acc); };
 #elif defined(__AVX2__) && defined(__FMA__)
-  // The same per-element chains on 8-float vectors (CPUs without AVX-512), 64 elements a pass.
-  for (; i0 + 64 <= d; i0 += 64) {
-    __m256 acc[8];
-    for (int u = 0; u < 8; u++) acc[u] = _mm256_setzero_ps();
-    for (int64_t j = first; j <= last; j++) {
-      if (p[j] == 0.f) continue;
-      const __m256 pj = _mm256_set1_ps(p[j]);
-      const float* vv = v + j * d + i0;
-      for (int u = 0; u < 8; u++) acc[u] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vv + 8 * u), acc[u]);
-    }
-    for (int u = 0; u < 8; u++) _mm256_storeu_ps(o + i0 + 8 * u, acc[u]);
-  }
-  for (; i0 + 8 <= d; i0 += 8) {
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t j = first; j <= last; j++)
-      if (p[j] != 0.f) acc = _mm256_fmadd_ps(_mm256_set1_ps(p[j]), _mm256_loadu_ps(v + j * d + i0), acc);
-    _mm256_storeu_ps(o + i0, acc);
-  }
+    constexpr int64_t kW = 8;  // CPUs without AVX-512: the same per-element chains on 8-float vectors
+    using vec = __m256;
+    auto zero = [] { return _mm256_setzero_ps(); };
+    auto load = [](const float* x) { return _mm256_loadu_ps(x); };
+    auto store = [](float* x, vec a) { _mm256_storeu_ps(x, a); };
+    auto fma = [](float s, vec x, vec acc) { return _mm256_fmadd_ps(_mm256_set1_ps(s), x, acc); };
 #endif
-  for (int64_t i = i0; i < d; i++) {
-    float acc = 0.f;
-    for (int64_t j = first; j <= last; j++)
-      if (p[j] != 0.f) acc = std::fma(p[j], v[j * d + i], acc);
-    o[i] = acc;
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+    for (; i0 + 4 * kW <= d; i0 += 4 * kW) {
+      vec acc[4][4];
+      for (int g = 0; g < 4; g++)
+        for (int u = 0; u < 4; u++) acc[g][u] = zero();
+      for (int64_t j = first; j <= last; j++) {
+        const float* vv = v + j * d + i0;
+        const vec x0 = load(vv), x1 = load(vv + kW), x2 = load(vv + 2 * kW), x3 = load(vv + 3 * kW);
+        for (int g = 0; g < 4; g++) {
+          if (g >= ng) break;
+          const float pj = pg[g * ldp + j];
+          if (pj == 0.f) continue;
+          acc[g][0] = fma(pj, x0, acc[g][0]);
+          acc[g][1] = fma(pj, x1, acc[g][1]);
+          acc[g][2] = fma(pj, x2, acc[g][2]);
+          acc[g][3] = fma(pj, x3, acc[g][3]);
+        }
+      }
+      for (int g = 0; g < ng; g++)
+        for (int u = 0; u < 4; u++) store(og + g * d + i0 + u * kW, acc[g][u]);
+    }
+    for (; i0 + kW <= d; i0 += kW) {  // head_dim 16 or 48, say
+      vec acc[4] = {zero(), zero(), zero(), zero()};
+      for (int64_t j = first; j <= last; j++) {
+        const vec x = load(v + j * d + i0);
+        for (int g = 0; g < ng; g++)
+          if (pg[g * ldp + j] != 0.f) acc[g] = fma(pg[g * ldp + j], x, acc[g]);
+      }
+      for (int g = 0; g < ng; g++) store(og + g * d + i0, acc[g]);
+    }
+#endif
+    for (int64_t g = 0; g < ng; g++)
+      for (int64_t i = i0; i < d; i++) {
+        float acc = 0.f;
+        for (int64_t j = first; j <= last; j++)
+          if (pg[g * ldp + j] != 0.f) acc = std::fma(pg[g * ldp + j], v[j * d + i], acc);
+        og[g * d + i] = acc;
+      }
   }
 }
 
@@ -147,8 +166,8 @@ void attention_rows(float* out, float* lse, const float* q, int64_t q_stride, co
       for (int64_t i = 0; i < nv; i++) ph[first + i] = grid[size_t(i * hp + g)] * scale;
       float l = masked_softmax_row(ph, n, first, last, key_valid);
       if (lse) lse[t * a.Hq + h] = l;
-      weighted_rows_f32(out + t * a.Hq * d + h * d, ph, vh, first, last, d);
     }
+    weighted_rows_f32(out + t * a.Hq * d + h0 * d, p.data(), n, hp, vh, first, last, d);
   }
 }
 
