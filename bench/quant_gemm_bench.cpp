@@ -201,46 +201,71 @@ BENCHMARK_CAPTURE(BM_Weights, fp8_dot, DType::F8_E4M3, false, false, QuantPath::
     ->Arg(16)
     ->UseRealTime();
 
-// A batch-16 decode step's experts as ZAYA1-8B's MXFP4 checkpoints hold them: per layer gate_up [16, 4096,
-// 2048] and down [16, 2048, 2048], packed (the sources released, as a loaded model does), 16 rows routed at
-// random (about 10 experts a layer, 1-4 rows each), over 10 layers' own copies (~0.7 GB). Time per layer.
-void BM_DecodeExperts16(benchmark::State& state) {
+// A decode step's experts as ZAYA1-8B's checkpoints hold them: per layer gate_up [16, 4096, 2048] and down
+// [16, 2048, 2048] in `fmt`, packed (the sources released, as a loaded model does), B rows routed at random
+// (batch 16: about 10 experts a layer, 1-4 rows each; batch 4: ~3.6 experts of ~1 row), over 10 layers' own
+// copies (0.7 GB in MXFP4, 1.3 in Q8_0: far beyond any cache). Time per layer; GB/s counts the experts read.
+void decode_experts(benchmark::State& state, DType fmt, int B) {
   constexpr int kLayers = 10;
   struct Layer {
     Tensor gate_up, down;
     std::vector<int64_t> offsets;  // [17]
   };
-  static std::vector<Layer> layers;
-  if (layers.empty()) {
-    auto experts = [](int64_t N, int64_t K, uint32_t seed) {
+  static std::vector<Layer> layers;  // one (format, batch) set resident at a time, built on its first run
+  static std::pair<int, int> built_for{-1, -1};
+  if (built_for != std::make_pair(int(fmt), B)) {
+    layers.clear();
+    auto experts = [fmt](int64_t N, int64_t K, uint32_t seed) {
       Tensor f = weights(DType::F32, 16 * N, K, seed);
-      Tensor q = quantize(Tensor::view(DType::F32, {16, N, K}, f.data, f.owner), DType::MXFP4);
+      Tensor q = quantize(Tensor::view(DType::F32, {16, N, K}, f.data, f.owner), fmt);
       pack_for_decode(q, /*release_source=*/true);
       return q;
     };
     for (int l = 0; l < kLayers; l++) {
       Layer L{experts(4096, 2048, 2 * l), experts(2048, 2048, 2 * l + 1), std::vector<int64_t>(17, 0)};
       std::mt19937 rng(l);
-      for (int t = 0; t < 16; t++) L.offsets[1 + rng() % 16]++;
+      for (int t = 0; t < B; t++) L.offsets[1 + rng() % 16]++;
       for (int e = 0; e < 16; e++) L.offsets[e + 1] += L.offsets[e];
       layers.push_back(std::move(L));
     }
+    built_for = {int(fmt), B};
   }
-  Tensor x = activations(16, 2048), gu = activations(16, 4096), y = activations(16, 2048);
+  const std::vector<Layer>& ls = layers;
+  Tensor x = activations(B, 2048), gu = activations(B, 4096), y = activations(B, 2048);
   double bytes = 0;  // the experts a layer's rows read, averaged over the layers
-  for (const Layer& L : layers)
+  const double row_bytes = double(dtype_row_bytes(fmt, 2048));
+  for (const Layer& L : ls)
     for (int e = 0; e < 16; e++)
-      if (L.offsets[e + 1] > L.offsets[e]) bytes += (4096.0 + 2048.0) * 2048.0 * 17.0 / 32.0 / kLayers;
+      if (L.offsets[e + 1] > L.offsets[e]) bytes += (4096.0 + 2048.0) * row_bytes / kLayers;
   int l = 0;
   for (auto _ : state) {
-    const Layer& L = layers[size_t(l++ % kLayers)];
+    const Layer& L = ls[size_t(l++ % kLayers)];
     quant_grouped_linear_forward(gu.f32(), x.f32(), L.gate_up, L.offsets.data(), 16);
     quant_grouped_linear_forward(y.f32(), gu.f32(), L.down, L.offsets.data(), 16);
     benchmark::DoNotOptimize(y.f32());
   }
   state.counters["GB/s"] = benchmark::Counter(bytes, benchmark::Counter::kIsIterationInvariantRate);
 }
+void BM_DecodeExperts16(benchmark::State& state) {
+  decode_experts(state, DType::MXFP4, 16);
+}
 BENCHMARK(BM_DecodeExperts16)->UseRealTime()->Unit(benchmark::kMicrosecond);
+// Args: batch. The formats of issue 14's table whose experts the VNNI kernels read.
+void BM_DecodeExperts(benchmark::State& state, DType fmt) {
+  decode_experts(state, fmt, int(state.range(0)));
+}
+BENCHMARK_CAPTURE(BM_DecodeExperts, mxfp4, DType::MXFP4)
+    ->Arg(1)
+    ->Arg(4)
+    ->Arg(16)
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_DecodeExperts, q8_0, DType::Q8_0)
+    ->Arg(1)
+    ->Arg(4)
+    ->Arg(16)
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
 
 // The ZAYA1-8B LM head as decode reads it: [262272, 2048] bf16 (1.07 GB, far beyond any cache), on huge
 // pages as `--no-mmap` loads it, through the streaming path decode takes (M rows).
