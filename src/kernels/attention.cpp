@@ -79,13 +79,15 @@ inline void weighted_rows_f32(float* o, const float* p, int64_t ldp, int64_t nh,
     int64_t i0 = 0;
 #if defined(__AVX512F__)
     constexpr int64_t kW = 16;  // floats a vector
+    constexpr int kU = 4;       // vectors a head and pass: 4 heads x 4 accumulators of the 32 registers
     using vec = __m512;
     auto zero = [] { return _mm512_setzero_ps(); };
     auto load = [](const float* x) { return _mm512_loadu_ps(x); };
     auto store = [](float* x, vec a) { _mm512_storeu_ps(x, a); };
     auto fma = [](float s, vec x, vec acc) { return _mm512_fmadd_ps(_mm512_set1_ps(s), x, acc); };
 #elif defined(__AVX2__) && defined(__FMA__)
-    constexpr int64_t kW = 8;  // CPUs without AVX-512: the same per-element chains on 8-float vectors
+    constexpr int64_t kW = 8;  // CPUs without AVX-512: the same per-element chains on 8-float vectors,
+    constexpr int kU = 2;      // 4 heads x 2 accumulators, within AVX2's 16 registers
     using vec = __m256;
     auto zero = [] { return _mm256_setzero_ps(); };
     auto load = [](const float* x) { return _mm256_loadu_ps(x); };
@@ -93,25 +95,23 @@ inline void weighted_rows_f32(float* o, const float* p, int64_t ldp, int64_t nh,
     auto fma = [](float s, vec x, vec acc) { return _mm256_fmadd_ps(_mm256_set1_ps(s), x, acc); };
 #endif
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
-    for (; i0 + 4 * kW <= d; i0 += 4 * kW) {
-      vec acc[4][4];
+    for (; i0 + kU * kW <= d; i0 += kU * kW) {
+      vec acc[4][kU];
       for (int g = 0; g < 4; g++)
-        for (int u = 0; u < 4; u++) acc[g][u] = zero();
+        for (int u = 0; u < kU; u++) acc[g][u] = zero();
       for (int64_t j = first; j <= last; j++) {
         const float* vv = v + j * d + i0;
-        const vec x0 = load(vv), x1 = load(vv + kW), x2 = load(vv + 2 * kW), x3 = load(vv + 3 * kW);
+        vec x[kU];
+        for (int u = 0; u < kU; u++) x[u] = load(vv + u * kW);
         for (int g = 0; g < 4; g++) {
           if (g >= ng) break;
           const float pj = pg[g * ldp + j];
           if (pj == 0.f) continue;
-          acc[g][0] = fma(pj, x0, acc[g][0]);
-          acc[g][1] = fma(pj, x1, acc[g][1]);
-          acc[g][2] = fma(pj, x2, acc[g][2]);
-          acc[g][3] = fma(pj, x3, acc[g][3]);
+          for (int u = 0; u < kU; u++) acc[g][u] = fma(pj, x[u], acc[g][u]);
         }
       }
       for (int g = 0; g < ng; g++)
-        for (int u = 0; u < 4; u++) store(og + g * d + i0 + u * kW, acc[g][u]);
+        for (int u = 0; u < kU; u++) store(og + g * d + i0 + u * kW, acc[g][u]);
     }
     for (; i0 + kW <= d; i0 += kW) {  // head_dim 16 or 48, say
       vec acc[4] = {zero(), zero(), zero(), zero()};
