@@ -97,8 +97,8 @@ void BM_AttentionDecode(benchmark::State& state) {
   std::mt19937 rng(7);
   std::normal_distribution<float> normal;
   std::vector<float> q(size_t(Hq * d)), k(size_t(Hk * N * d)), v(k.size()), out(q.size());
-  for (float* x : {q.data(), k.data(), v.data()})
-    for (size_t i = 0; i < (x == q.data() ? q.size() : k.size()); i++) x[i] = normal(rng);
+  for (std::vector<float>* x : {&q, &k, &v})
+    for (float& e : *x) e = normal(rng);
   const int64_t pos = N - 1;
   AttentionArgs a;
   a.S = 1, a.Hq = Hq, a.Hk = Hk, a.d = d, a.n_keys = N, a.key_pos0 = 0, a.key_stride = N * d;
