@@ -4,6 +4,7 @@
 // GFLOP/s count the causal half only (Q·Kᵀ and P·V forward: 4·S·ctx·Hq·d; backward 2.5x that).
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
@@ -91,26 +92,35 @@ BENCHMARK(BM_AttentionPerThread)
 // Decode: one query per sequence against a cache of N keys, threaded by the pool as `zaya generate` runs it
 // (attention_rows). Shape of ZAYA1-8B (8 query heads, 2 KV heads, head_dim 128) unless the args say. GB/s
 // counts the keys and values once (what the step must read; the 4 query heads of a KV head share them).
-// Args: N keys, Hq, Hk, d.
+// Args: N keys, Hq, Hk, d, cold (1: the iterations go round copies of the cache, 128 MB in all, so each call
+// reads its keys and values from memory, as a decode step does after the layers' weights have streamed
+// through the caches; 0: the same cache every call, from L2 / L3).
 void BM_AttentionDecode(benchmark::State& state) {
   const int64_t N = state.range(0), Hq = state.range(1), Hk = state.range(2), d = state.range(3);
+  const size_t kv = size_t(Hk * N * d);  // floats of K (and of V) in one copy
+  const size_t copies =
+      state.range(4) ? std::max<size_t>(1, (size_t(128) << 20) / (2 * kv * sizeof(float))) : 1;
   std::mt19937 rng(7);
   std::normal_distribution<float> normal;
-  std::vector<float> q(size_t(Hq * d)), k(size_t(Hk * N * d)), v(k.size()), out(q.size());
+  std::vector<float> q(size_t(Hq * d)), k(kv * copies), v(kv * copies), out(q.size());
   for (std::vector<float>* x : {&q, &k, &v})
     for (float& e : *x) e = normal(rng);
   const int64_t pos = N - 1;
   AttentionArgs a;
   a.S = 1, a.Hq = Hq, a.Hk = Hk, a.d = d, a.n_keys = N, a.key_pos0 = 0, a.key_stride = N * d;
+  size_t c = 0;
   for (auto _ : state) {
-    attention_forward(out.data(), nullptr, q.data(), Hq * d, k.data(), v.data(), &pos, nullptr, a);
+    attention_forward(out.data(), nullptr, q.data(), Hq * d, k.data() + c * kv, v.data() + c * kv, &pos,
+                      nullptr, a);
     benchmark::DoNotOptimize(out.data());
+    c = (c + 1) % copies;
   }
+  state.SetLabel(state.range(4) ? "cold" : "hot");
   const double bytes = 2.0 * double(Hk * N * d) * sizeof(float);
   state.counters["GB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_AttentionDecode)
-    ->ArgsProduct({{512, 4096, 32768}, {8}, {2}, {128}})
+    ->ArgsProduct({{512, 4096, 32768}, {8}, {2}, {128}, {0, 1}})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 

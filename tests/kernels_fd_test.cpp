@@ -23,6 +23,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -643,18 +644,19 @@ TEST(Kernels, AttentionChunkAgainstCacheMatchesDoubleReference) {
 // Decode (fewer than 8 queries: the per-row path, where the query heads sharing a KV head take their scores
 // together and split into parts when there are more threads than (query, KV head) pairs): ZAYA1-8B's head
 // layout (8 query heads on 2 KV heads, d 128) and others, 1 and 8 threads, 70 keys (some dot_f32_grid blocks
-// of 4 x 4, a tail) and 5 (fewer than its 16-key blocks).
+// of 4 x 4, a tail) and 5 (fewer than its 16-key blocks); 300 keys with a window of 100 (the value sum's key
+// blocks, 32 at d 128, starting off a block boundary and carried across several).
 TEST(Kernels, AttentionDecodeRowsMatchDoubleReference) {
   const int threads = num_threads();
   for (int th : {1, 8}) {
     set_num_threads(th);
     for (int64_t S : {1, 3})
-      for (int64_t n : {70, 5})
-        for (int64_t window : {0, 20}) {
-          check_attention_against_double(S, 8, 2, 128, n, window);
-          check_attention_against_double(S, 4, 1, 16, n, window);
-          check_attention_against_double(S, 3, 3, 8, n, window);
-        }
+      for (auto [n, window] :
+           std::vector<std::pair<int64_t, int64_t>>{{70, 0}, {70, 20}, {5, 0}, {5, 20}, {300, 100}}) {
+        check_attention_against_double(S, 8, 2, 128, n, window);
+        check_attention_against_double(S, 4, 1, 16, n, window);
+        check_attention_against_double(S, 3, 3, 8, n, window);
+      }
   }
   set_num_threads(threads);
 }

@@ -177,6 +177,15 @@ void dot_f32_grid(float* out, int64_t ldo, const float* xs, int64_t ldx, int64_t
               _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(x) +
                                                          uintptr_t((4 + i) * ldx + c) * sizeof(float)),
                            _MM_HINT_T0);
+          // The first x-block's pass also fetches the y-rows 8 on (2 blocks, 4 kB at n = 128) into L1: decode
+          // attention's keys come from memory (the expert stream evicts them between layers) and the four
+          // interleaved rows of a block, 2 kB apart, are not a stream the hardware prefetcher follows well
+          // (bench/attention_bench BM_AttentionDecode cold, with the value prefetch in attention.cpp: below).
+          if (i0 == 0)
+            for (int j = 0; j < 4; j++)
+              _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(y) +
+                                                         uintptr_t((8 + j) * ldy + c) * sizeof(float)),
+                           _MM_HINT_T0);
           __m512 xv[4], yv[4];
           for (int i = 0; i < 4; i++) xv[i] = _mm512_loadu_ps(x + i * ldx + c);
           for (int j = 0; j < 4; j++) yv[j] = _mm512_loadu_ps(y + j * ldy + c);
