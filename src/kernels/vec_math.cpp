@@ -180,8 +180,8 @@ void dot_f32_grid(float* out, int64_t ldo, const float* xs, int64_t ldx, int64_t
           // The first x-block's pass also fetches the y-rows 8 on (2 blocks, 4 kB at n = 128) into L1: decode
           // attention's keys come from memory (the expert stream evicts them between layers) and the four
           // interleaved rows of a block, 2 kB apart, are not a stream the hardware prefetcher follows well
-          // (bench/attention_bench BM_AttentionDecode, cold; the figures, with the value sum's prefetch, above
-          // weighted_rows_f32 in attention.cpp).
+          // (bench/attention_bench BM_AttentionDecode, cold; the figures, with the value sum's prefetch,
+          // above weighted_rows_f32 in attention.cpp).
           if (i0 == 0)
             for (int j = 0; j < 4; j++)
               _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(y) +
