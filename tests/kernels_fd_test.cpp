@@ -661,6 +661,20 @@ TEST(Kernels, AttentionDecodeRowsMatchDoubleReference) {
   set_num_threads(threads);
 }
 
+// A decode query that sees no key (its position before the cache's first) gets zeros and a log-sum-exp of
+// -inf, whatever the output buffer held before (NaN here).
+TEST(Kernels, AttentionDecodeRowsWithNoVisibleKeyAreZero) {
+  const int64_t Hq = 8, Hk = 2, d = 128, n = 40;
+  std::vector<float> q = randn(Hq * d), k = randn(Hk * n * d), v = randn(Hk * n * d);
+  std::vector<float> out(Hq * d, std::numeric_limits<float>::quiet_NaN()), lse(Hq, 0.f);
+  const int64_t pos = 5;
+  AttentionArgs a;
+  a.S = 1, a.Hq = Hq, a.Hk = Hk, a.d = d, a.n_keys = n, a.key_pos0 = 10, a.key_stride = n * d;
+  attention_forward(out.data(), lse.data(), q.data(), Hq * d, k.data(), v.data(), &pos, nullptr, a);
+  for (int64_t i = 0; i < Hq * d; i++) ASSERT_EQ(out[i], 0.f) << "element " << i;
+  for (int64_t h = 0; h < Hq; h++) EXPECT_EQ(lse[h], -std::numeric_limits<float>::infinity()) << "head " << h;
+}
+
 // ---- Experts over sorted tokens, skip class ----
 
 namespace {

@@ -82,6 +82,10 @@ inline void weighted_rows_f32(float* o, const float* p, int64_t ldp, int64_t nh,
     const int64_t ng = std::min<int64_t>(4, nh - g0);
     const float* pg = p + g0 * ldp;
     float* og = o + g0 * d;
+    if (last < first) {  // no visible key: the key-block loop below would not write the output at all
+      std::fill(og, og + ng * d, 0.f);
+      continue;
+    }
     int64_t i0 = 0;
 #if defined(__AVX512F__)
     constexpr int64_t kW = 16;  // floats a vector
