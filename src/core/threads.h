@@ -6,8 +6,12 @@
 
 #include <omp.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <string>
 
@@ -49,14 +53,94 @@ void parallel_for_dynamic(size_t n, int threads, const Fn& fn) {
   if (error) std::rethrow_exception(error);
 }
 
+// fn(i, slot) for every i in [0, n), each index once, over `threads` OpenMP threads that each walk their own
+// contiguous share of [0, n) front to back (thread t starts at t·n / threads) and, when it runs out, take
+// indices one at a time from the back of the share with the most left. For work whose consecutive indices
+// are consecutive memory (the column tiles of a decode product): each thread reads one stream, as with
+// static shares, and the threads end together, as with dynamic scheduling. Dynamic scheduling of a few
+// large items left one thread idle for 18% of a batch-1 ZAYA1-8B decode step's threaded product time (2
+// items a thread, their ends 25 us apart on average), and many small items interleave the threads' reads,
+// which made every item a fresh stream for the prefetchers. Small threads / n: in order on the caller,
+// slot 0. Exceptions as parallel_for_dynamic.
+template <typename Fn>
+void parallel_for_shares(size_t n, int threads, const Fn& fn) {
+  if (threads <= 1 || n <= 1) {
+    for (size_t i = 0; i < n; i++) fn(i, 0);
+    return;
+  }
+  if (n > 0xFFFFFFFFu) return parallel_for_dynamic(n, threads, fn);  // shares hold 32-bit bounds
+  threads = int(std::min<size_t>(size_t(threads), n));
+  // Share t is [lo, hi) packed into one word (lo in the low half), so that the owner's take from the front
+  // and a thief's from the back are each one compare-and-swap on it: every index goes to exactly one taker.
+  struct alignas(64) Share {
+    std::atomic<uint64_t> range;
+  };
+  std::unique_ptr<Share[]> shares(new Share[size_t(threads)]);
+  for (int t = 0; t < threads; t++) {
+    const uint64_t lo = n * size_t(t) / size_t(threads), hi = n * size_t(t + 1) / size_t(threads);
+    shares[size_t(t)].range.store(lo | hi << 32, std::memory_order_relaxed);
+  }
+  auto take_front = [](Share& s, size_t* i) {
+    uint64_t v = s.range.load(std::memory_order_relaxed);
+    for (;;) {
+      const uint64_t lo = v & 0xFFFFFFFFu, hi = v >> 32;
+      if (lo >= hi) return false;
+      if (s.range.compare_exchange_weak(v, (lo + 1) | hi << 32, std::memory_order_relaxed)) {
+        *i = size_t(lo);
+        return true;
+      }
+    }
+  };
+  auto take_back = [](Share& s, size_t* i) {
+    uint64_t v = s.range.load(std::memory_order_relaxed);
+    for (;;) {
+      const uint64_t lo = v & 0xFFFFFFFFu, hi = v >> 32;
+      if (lo >= hi) return false;
+      if (s.range.compare_exchange_weak(v, lo | (hi - 1) << 32, std::memory_order_relaxed)) {
+        *i = size_t(hi - 1);
+        return true;
+      }
+    }
+  };
+  std::exception_ptr error;
+  std::mutex error_mu;
+  auto run = [&](size_t i, int slot) {
+    try {
+      fn(i, slot);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(error_mu);
+      if (!error) error = std::current_exception();
+    }
+  };
+#pragma omp parallel num_threads(threads)
+  {
+    const int slot = omp_get_thread_num();
+    size_t i = 0;
+    while (take_front(shares[size_t(slot)], &i)) run(i, slot);
+    for (;;) {
+      // The share with the most indices left (relaxed reads: only a hint; the take decides).
+      int victim = -1;
+      uint64_t most = 0;
+      for (int t = 0; t < threads; t++) {
+        const uint64_t v = shares[size_t(t)].range.load(std::memory_order_relaxed);
+        const uint64_t lo = v & 0xFFFFFFFFu, hi = v >> 32;
+        if (hi > lo && hi - lo > most) most = hi - lo, victim = t;
+      }
+      if (victim < 0) break;
+      if (take_back(shares[size_t(victim)], &i)) run(i, slot);
+    }
+  }
+  if (error) std::rethrow_exception(error);
+}
+
 // OpenMP's waiting policy, chosen by `zaya` before the runtime starts (apps/zaya/main.cpp) when the user set
 // neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT: PASSIVE (threads sleep at barriers), plus a short spin of
 // kShortSpinCount iterations (~0.1-0.2 ms) when each of our threads has a CPU nobody else is running on.
-// Why both: threads that spin share a busy machine badly (small-model training on 2 cores: -12-29% with a spin
-// of this length beside one or three busy processes, -55-65% with libgomp's default 3 ms spin), while threads
-// that sleep at once pay a futex wake on every parallel region (a ZAYA1-8B decode step runs ~330: +10-35%
-// decode tok/s at batch 1 and 4 with the short spin on an idle machine; training, whose regions are long, moved
-// within the noise). docs/quantization.md, "OpenMP waits".
+// Why both: threads that spin share a busy machine badly (small-model training on 2 cores: -12-29% with a
+// spin of this length beside one or three busy processes, -55-65% with libgomp's default 3 ms spin), while
+// threads that sleep at once pay a futex wake on every parallel region (a ZAYA1-8B decode step runs ~330:
+// +10-35% decode tok/s at batch 1 and 4 with the short spin on an idle machine; training, whose regions are
+// long, moved within the noise). docs/quantization.md, "OpenMP waits".
 constexpr long kShortSpinCount = 10000;
 
 // The machine's runnable tasks now: "procs_running N" of /proc/stat's text; -1 if the line is absent.

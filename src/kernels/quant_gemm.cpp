@@ -1544,36 +1544,41 @@ struct Tile {
   int64_t expert, n0, n1;
 };
 
-// Output rows per work item: at least 16 (a few KB of weights), and two items a thread for one matrix. Each
-// item starts a stream that the prefetchers must ramp up on, and a decode product is short (a ZAYA1-8B
-// o_proj: 4 MB, ~90 us on 2 cores): one-row products of the 8B shapes ran 4-15% faster with 2 items a thread
-// than with 8 (interleaved A/B on a Zen 5). Several experts (items_per_row_set > 1) keep 8 a thread: their
-// rows per token differ, and finer items keep the threads balanced.
-int64_t tile_rows(int64_t N, int64_t items_per_row_set, int threads) {
-  const int64_t want_items = int64_t(threads) * (items_per_row_set > 1 ? 8 : 2);
-  int64_t t = (N * items_per_row_set + want_items - 1) / want_items;
-  t = std::max<int64_t>(16, (t + 15) / 16 * 16);
-  return std::min(t, N);
+// Output rows per work item: about kTileBytes of weights, in whole blocks of 64 rows (the kernels' widest
+// register blocks; all of N when N is smaller). run_tiles gives each thread a contiguous share of the items
+// and lets a thread that finishes first take items from the back of another's share, so items can be small
+// (the threads end within one item of each other) while each thread still reads one stream. With dynamic
+// scheduling, 2 large items a thread left the threads' ends apart by 11-18% of a batch-1 decode step's
+// threaded product time (ZAYA1-8B, Q8_0 everywhere, Zen 5; 4% with shares), and 8 a thread interleaved the
+// threads' reads (4-15% slower). docs/quantization.md, "Shares instead of dynamic items".
+constexpr size_t kTileBytes = size_t(192) << 10;
+
+int64_t tile_rows(int64_t N, size_t row_bytes) {
+  if (N <= 64) return N;
+  const int64_t want = int64_t(double(kTileBytes) / double(std::max<size_t>(row_bytes, 1)) / 64.0 + 0.5) * 64;
+  return std::min(N, std::max<int64_t>(64, want));
 }
 
-// The work items of one [N, K] matrix: column tiles of tile_rows rows.
-std::vector<Tile> matrix_tiles(int64_t N) {
+// The work items of one [N, K] matrix (row_bytes a row): column tiles of tile_rows rows.
+std::vector<Tile> matrix_tiles(int64_t N, size_t row_bytes) {
   std::vector<Tile> tiles;
-  const int64_t tr = tile_rows(N, 1, threads_here());
+  const int64_t tr = tile_rows(N, row_bytes);
   for (int64_t n0 = 0; n0 < N; n0 += tr) tiles.push_back({0, n0, std::min(N, n0 + tr)});
   return tiles;
 }
 
-// The work items of a grouped call: every (expert, column tile) pair of the experts given.
-std::vector<Tile> expert_tiles(const std::vector<int64_t>& experts, int64_t N) {
+// The work items of a grouped call: every (expert, column tile) pair of the experts given, expert by expert
+// (each expert's tiles are consecutive memory).
+std::vector<Tile> expert_tiles(const std::vector<int64_t>& experts, int64_t N, size_t row_bytes) {
   std::vector<Tile> tiles;
-  const int64_t tr = tile_rows(N, int64_t(experts.size()), threads_here());
+  const int64_t tr = tile_rows(N, row_bytes);
   for (int64_t e : experts)
     for (int64_t n0 = 0; n0 < N; n0 += tr) tiles.push_back({e, n0, std::min(N, n0 + tr)});
   return tiles;
 }
 
-// Runs tiles over the threads (dynamic: experts differ in rows); the first exception is carried out.
+// Runs tiles over the threads (parallel_for_shares: a contiguous share each, the rest taken from the back of
+// the others' shares; experts differ in rows); the first exception is carried out.
 // A product that reads less than this stays on the calling thread: waking the pool costs more (a decode
 // step of ZAYA1-8B has 120 router products of 128 kB or less; 3.5 vs 11.7 ms a step with them threaded).
 constexpr size_t kThreadedMinBytes = size_t(512) << 10;
@@ -1585,7 +1590,7 @@ void run_tiles(const std::vector<Tile>& tiles, size_t bytes, Fn&& fn) {
     for (const Tile& t : tiles) fn(t);
     return;
   }
-  parallel_for_dynamic(tiles.size(), threads, [&](size_t i, int) { fn(tiles[i]); });
+  parallel_for_shares(tiles.size(), threads, [&](size_t i, int) { fn(tiles[i]); });
 }
 
 #if defined(__AVX512F__) || defined(ZAYA_STREAM_AVX2)
@@ -1986,7 +1991,7 @@ void quant_linear_forward_with(QuantPath path, float* out, int64_t ldc, const fl
         dtype_name(w.fmt), " K = ", w.K);
     thread_local std::vector<uint16_t> a16_here;  // the calling thread's (see below)
     const uint16_t* a16 = bf16_activations(in, M, w.K, &a16_here);
-    const std::vector<Tile> tiles = matrix_tiles(w.N);
+    const std::vector<Tile> tiles = matrix_tiles(w.N, w.row_bytes);
     run_tiles(tiles, size_t(w.N) * w.row_bytes,
               [&](const Tile& t) { dot16_tile_any(out, ldc, a16, M, w, t.n0, t.n1); });
     return;
@@ -2004,7 +2009,7 @@ void quant_linear_forward_with(QuantPath path, float* out, int64_t ldc, const fl
     ap_here.resize(size_t(M * w.K / 2));
     bf16_pairs_transposed(ap_here.data(), in, M, w.K);
     const uint32_t* ap = ap_here.data();
-    const std::vector<Tile> tiles = matrix_tiles(w.N);
+    const std::vector<Tile> tiles = matrix_tiles(w.N, w.row_bytes);
     run_tiles(tiles, size_t(w.N) * w.row_bytes,
               [&](const Tile& t) { bf16_packed_dot_tile(out, ldc, ap, M, *p, 0, t.n0, t.n1); });
     return;
@@ -2026,7 +2031,7 @@ void quant_linear_forward_with(QuantPath path, float* out, int64_t ldc, const fl
       transpose_activations(at_here.data(), in, M, w.K);
       at = at_here.data();
     }
-    const std::vector<Tile> tiles = matrix_tiles(w.N);
+    const std::vector<Tile> tiles = matrix_tiles(w.N, w.row_bytes);
     run_tiles(tiles, size_t(w.N) * w.row_bytes,
               [&](const Tile& t) { float_packed_tile_any(out, ldc, at, M, *p, 0, t.n0, t.n1); });
     return;
@@ -2040,14 +2045,14 @@ void quant_linear_forward_with(QuantPath path, float* out, int64_t ldc, const fl
     quantize_activations(&aq_here, in, M, w.K);
     const int64_t one_region[2] = {0, M};
     const ActBlocksView ab = act_blocks(&blocks_here, aq_here, one_region, 1, w.K);
-    const std::vector<Tile> tiles = matrix_tiles(w.N);
+    const std::vector<Tile> tiles = matrix_tiles(w.N, w.row_bytes);
     run_tiles(tiles, size_t(w.N / 16) * size_t(p->nb) * p->block_bytes,
               [&](const Tile& t) { packed_tile_any(out, ldc, ab, 0, M, *p, 0, t.n0, t.n1); });
     return;
   }
 #endif
   if (path == QuantPath::Int8Avx2 || (path == QuantPath::Stream && takes_int8_avx2(w))) {
-    const std::vector<Tile> tiles = matrix_tiles(w.N);
+    const std::vector<Tile> tiles = matrix_tiles(w.N, w.row_bytes);
     const int64_t rows[2] = {0, M};
     int8_avx2_tiles(out, ldc, in, M, W, tiles, size_t(w.N) * w.row_bytes, rows);
     return;
@@ -2055,7 +2060,7 @@ void quant_linear_forward_with(QuantPath path, float* out, int64_t ldc, const fl
   thread_local std::vector<float> abuf;
   int64_t lda = 0;
   const float* a = stream_input(in, M, w.K, w.fmt, &abuf, &lda);
-  const std::vector<Tile> tiles = matrix_tiles(w.N);
+  const std::vector<Tile> tiles = matrix_tiles(w.N, w.row_bytes);
   const bool avx2 = path == QuantPath::StreamAvx2;
   run_tiles(tiles, size_t(w.N) * w.row_bytes,
             [&](const Tile& t) { stream_tile_any(out, ldc, a, lda, M, w, t.n0, t.n1, avx2); });
@@ -2111,7 +2116,7 @@ void quant_grouped_linear_forward(float* out, const float* in, const Tensor& W, 
     }
     const float* at = at_here.data();
     const uint32_t* ap = ap_here.data();
-    const std::vector<Tile> tiles = expert_tiles(streamed, N);
+    const std::vector<Tile> tiles = expert_tiles(streamed, N, dtype_row_bytes(W.dtype, K));
     run_tiles(tiles, streamed.size() * size_t(N) * dtype_row_bytes(W.dtype, K), [&](const Tile& t) {
       const int64_t r0 = offsets[t.expert], rows = offsets[t.expert + 1] - r0;
 #if defined(ZAYA_DECODE_BF16_DOT)
@@ -2132,7 +2137,7 @@ void quant_grouped_linear_forward(float* out, const float* in, const Tensor& W, 
 #if defined(ZAYA_DECODE_BF16_DOT)
     thread_local std::vector<uint16_t> a16_here;
     const uint16_t* a16 = bf16_activations(in, T, K, &a16_here);
-    const std::vector<Tile> tiles = expert_tiles(streamed, N);
+    const std::vector<Tile> tiles = expert_tiles(streamed, N, dtype_row_bytes(W.dtype, K));
     run_tiles(tiles, streamed.size() * size_t(N) * dtype_row_bytes(W.dtype, K), [&](const Tile& t) {
       const int64_t r0 = offsets[t.expert], rows = offsets[t.expert + 1] - r0;
       if (takes_bf16_dot(W.dtype, rows, K, tile))
@@ -2149,7 +2154,7 @@ void quant_grouped_linear_forward(float* out, const float* in, const Tensor& W, 
     thread_local ActBlocks blocks_here;
     quantize_activations(&aq_here, in, T, K);
     const ActBlocksView ab = act_blocks(&blocks_here, aq_here, offsets, E, K);
-    const std::vector<Tile> tiles = expert_tiles(streamed, N);
+    const std::vector<Tile> tiles = expert_tiles(streamed, N, dtype_row_bytes(W.dtype, K));
     run_tiles(tiles, streamed.size() * size_t(N / 16) * size_t(p->nb) * p->block_bytes, [&](const Tile& t) {
       const int64_t r0 = offsets[t.expert], rows = offsets[t.expert + 1] - r0;
       packed_tile_any(out + r0 * N, N, ab, r0, rows, *p, t.expert, t.n0, t.n1);
@@ -2158,7 +2163,7 @@ void quant_grouped_linear_forward(float* out, const float* in, const Tensor& W, 
   }
 #endif
   if (takes_int8_avx2(qmat(W, 0))) {
-    const std::vector<Tile> tiles = expert_tiles(streamed, N);
+    const std::vector<Tile> tiles = expert_tiles(streamed, N, dtype_row_bytes(W.dtype, K));
     int8_avx2_tiles(out, N, in, T, W, tiles, streamed.size() * size_t(N) * dtype_row_bytes(W.dtype, K),
                     offsets);
     return;
@@ -2166,7 +2171,7 @@ void quant_grouped_linear_forward(float* out, const float* in, const Tensor& W, 
   thread_local std::vector<float> abuf;
   int64_t lda = 0;
   const float* a = stream_input(in, T, K, W.dtype, &abuf, &lda);
-  const std::vector<Tile> tiles = expert_tiles(streamed, N);
+  const std::vector<Tile> tiles = expert_tiles(streamed, N, dtype_row_bytes(W.dtype, K));
   run_tiles(tiles, streamed.size() * size_t(N) * dtype_row_bytes(W.dtype, K), [&](const Tile& t) {
     const int64_t r0 = offsets[t.expert], rows = offsets[t.expert + 1] - r0;
     stream_tile_any(out + r0 * N, N, a + r0 * lda, lda, rows, qmat(W, t.expert), t.n0, t.n1);
