@@ -58,8 +58,8 @@ void parallel_for_dynamic(size_t n, int threads, const Fn& fn) {
 // indices one at a time from the back of the share with the most left. For work whose consecutive indices
 // are consecutive memory (the column tiles of a decode product): each thread reads one stream, as with
 // static shares, and the threads end together, as with dynamic scheduling. Dynamic scheduling of a few
-// large items left one thread idle for 18% of a batch-1 ZAYA1-8B decode step's threaded product time (2
-// items a thread, their ends 25 us apart on average), and many small items interleave the threads' reads,
+// large items (2 a thread) left the threads' ends apart by 11-18% of a batch-1 ZAYA1-8B decode step's
+// threaded product time, and many small items interleave the threads' reads,
 // which made every item a fresh stream for the prefetchers. Small threads / n: in order on the caller,
 // slot 0. Exceptions as parallel_for_dynamic.
 template <typename Fn>
@@ -80,24 +80,15 @@ void parallel_for_shares(size_t n, int threads, const Fn& fn) {
     const uint64_t lo = n * size_t(t) / size_t(threads), hi = n * size_t(t + 1) / size_t(threads);
     shares[size_t(t)].range.store(lo | hi << 32, std::memory_order_relaxed);
   }
-  auto take_front = [](Share& s, size_t* i) {
+  // One index off the front (the owner) or the back (a thief) of share s; false once it is empty.
+  auto take = [](Share& s, bool back, size_t* i) {
     uint64_t v = s.range.load(std::memory_order_relaxed);
     for (;;) {
       const uint64_t lo = v & 0xFFFFFFFFu, hi = v >> 32;
       if (lo >= hi) return false;
-      if (s.range.compare_exchange_weak(v, (lo + 1) | hi << 32, std::memory_order_relaxed)) {
-        *i = size_t(lo);
-        return true;
-      }
-    }
-  };
-  auto take_back = [](Share& s, size_t* i) {
-    uint64_t v = s.range.load(std::memory_order_relaxed);
-    for (;;) {
-      const uint64_t lo = v & 0xFFFFFFFFu, hi = v >> 32;
-      if (lo >= hi) return false;
-      if (s.range.compare_exchange_weak(v, lo | (hi - 1) << 32, std::memory_order_relaxed)) {
-        *i = size_t(hi - 1);
+      const uint64_t next = back ? lo | (hi - 1) << 32 : (lo + 1) | hi << 32;
+      if (s.range.compare_exchange_weak(v, next, std::memory_order_relaxed)) {
+        *i = size_t(back ? hi - 1 : lo);
         return true;
       }
     }
@@ -116,7 +107,7 @@ void parallel_for_shares(size_t n, int threads, const Fn& fn) {
   {
     const int slot = omp_get_thread_num();
     size_t i = 0;
-    while (take_front(shares[size_t(slot)], &i)) run(i, slot);
+    while (take(shares[size_t(slot)], /*back=*/false, &i)) run(i, slot);
     for (;;) {
       // The share with the most indices left (relaxed reads: only a hint; the take decides).
       int victim = -1;
@@ -127,7 +118,7 @@ void parallel_for_shares(size_t n, int threads, const Fn& fn) {
         if (hi > lo && hi - lo > most) most = hi - lo, victim = t;
       }
       if (victim < 0) break;
-      if (take_back(shares[size_t(victim)], &i)) run(i, slot);
+      if (take(shares[size_t(victim)], /*back=*/true, &i)) run(i, slot);
     }
   }
   if (error) std::rethrow_exception(error);
