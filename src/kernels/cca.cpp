@@ -4,12 +4,20 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
+#include "core/error.h"
 #include "core/profile.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_small.h"
 #include "kernels/vec_math.h"
+
+#if defined(__AVX512F__)
+// GCC 12's AVX-512 cast/convert intrinsics start from _mm512_undefined_*: false "uninitialized" warnings.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 namespace zaya {
 
@@ -73,9 +81,127 @@ void cca_conv_taps(float* taps, const float* mid, int64_t S, const CcaDims& dm) 
     }
 }
 
+CcaConvPack cca_conv_pack(const float* w1, int64_t C, int64_t d, int64_t t1) {
+  CcaConvPack p;
+#if defined(__AVX512F__)
+  if (d <= 0 || d % 16 != 0 || C % d != 0) return p;
+  p.groups = C / d;
+  p.d = d;
+  p.K = d * t1;
+  const size_t n = size_t(C * p.K);
+  bool bf16 = true;
+  for (size_t i = 0; i < n && bf16; i++) {
+    uint32_t bits;
+    std::memcpy(&bits, w1 + i, 4);
+    bf16 = (bits & 0xFFFFu) == 0;
+  }
+  if (bf16)
+    p.bf16.resize(n);
+  else
+    p.f32.resize(n);
+  for (int64_t g = 0; g < p.groups; g++)
+    for (int64_t k = 0; k < p.K; k++)
+      for (int64_t c = 0; c < d; c++) {
+        const size_t dst = size_t((g * p.K + k) * d + c);
+        const float w = w1[(g * d + c) * p.K + k];
+        if (bf16) {
+          uint32_t bits;
+          std::memcpy(&bits, &w, 4);
+          p.bf16[dst] = uint16_t(bits >> 16);
+        } else {
+          p.f32[dst] = w;
+        }
+      }
+#else
+  (void)w1, (void)C, (void)d, (void)t1;
+#endif
+  return p;
+}
+
+namespace {
+
+#if defined(__AVX512F__)
+inline __m512 load_w16(const float* w) {
+  return _mm512_loadu_ps(w);
+}
+inline __m512 load_w16(const uint16_t* w) {  // bf16 -> fp32, exact
+  return _mm512_castsi512_ps(
+      _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w))), 16));
+}
+
+// out[t0 + m, g·d + o0 + 16v + lane] for m < MR, v < NV: one fma chain over k = 0 … K-1 per output, from 0,
+// then + b1. W = the pack's group g [K][d]; x = taps of position t0, group g (stride ldx between positions).
+template <typename W, int NV, int MR>
+void conv_lanes_block(float* out, int64_t ldo, const W* w, int64_t d, const float* x, int64_t ldx, int64_t K,
+                      const float* b1) {
+  __m512 acc[MR][NV];
+  for (int m = 0; m < MR; m++)
+    for (int v = 0; v < NV; v++) acc[m][v] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < K; k++, w += d) {
+    __m512 wv[NV];
+    for (int v = 0; v < NV; v++) wv[v] = load_w16(w + 16 * v);
+    for (int m = 0; m < MR; m++) {
+      const __m512 a = _mm512_set1_ps(x[m * ldx + k]);
+      for (int v = 0; v < NV; v++) acc[m][v] = _mm512_fmadd_ps(wv[v], a, acc[m][v]);
+    }
+  }
+  for (int m = 0; m < MR; m++)
+    for (int v = 0; v < NV; v++)
+      _mm512_storeu_ps(out + m * ldo + 16 * v, _mm512_add_ps(acc[m][v], _mm512_loadu_ps(b1 + 16 * v)));
+}
+
+// Group g's outputs for all T positions: blocks of NV vectors of outputs (NV = 8: ZAYA1-8B's 128 in one) by
+// up to 3 positions (24 accumulators); a block's weights come from L2 after the first.
+template <typename W, int NV>
+void conv_lanes_group(float* out, const float* taps, const W* w, const float* b1, int64_t T, int64_t g,
+                      const CcaConvPack& p) {
+  const int64_t d = p.d, K = p.K, C = p.groups * d, ldx = p.groups * K;
+  for (int64_t o0 = 0; o0 < d; o0 += 16 * NV) {
+    const W* wo = w + o0;
+    const float* bo = b1 + g * d + o0;
+    int64_t t = 0;
+    for (; t + 3 <= T; t += 3)
+      conv_lanes_block<W, NV, 3>(out + t * C + g * d + o0, C, wo, d, taps + t * ldx + g * K, ldx, K, bo);
+    if (T - t == 2)
+      conv_lanes_block<W, NV, 2>(out + t * C + g * d + o0, C, wo, d, taps + t * ldx + g * K, ldx, K, bo);
+    if (T - t == 1)
+      conv_lanes_block<W, NV, 1>(out + t * C + g * d + o0, C, wo, d, taps + t * ldx + g * K, ldx, K, bo);
+  }
+}
+
+template <typename W>
+void conv_lanes(float* out, const float* taps, const W* w, const float* b1, int64_t T, const CcaConvPack& p) {
+  const int64_t d = p.d, K = p.K;
+#pragma omp parallel for schedule(static) if (T * p.groups * d * K > (int64_t(1) << 17))
+  for (int64_t g = 0; g < p.groups; g++) {
+    const W* wg = w + g * K * d;
+    if (d % 128 == 0)
+      conv_lanes_group<W, 8>(out, taps, wg, b1, T, g, p);
+    else if (d % 64 == 0)
+      conv_lanes_group<W, 4>(out, taps, wg, b1, T, g, p);
+    else if (d % 32 == 0)
+      conv_lanes_group<W, 2>(out, taps, wg, b1, T, g, p);
+    else
+      conv_lanes_group<W, 1>(out, taps, wg, b1, T, g, p);
+  }
+}
+#endif
+
+}  // namespace
+
 void cca_grouped_taps_forward(float* out, const float* taps, const float* w1, const float* b1, int64_t T,
-                              bool dot_form, const CcaDims& dm) {
+                              bool dot_form, const CcaDims& dm, const CcaConvPack* pack) {
   const int64_t C = dm.C(), d = dm.d, groups = dm.Hq + dm.Hk, K = d * dm.t1;
+#if defined(__AVX512F__)
+  if (dot_form && pack && !pack->empty()) {
+    ZAYA_ASSERT(pack->groups == groups && pack->d == d && pack->K == K, "the pack must be made from this w1");
+    if (!pack->bf16.empty())
+      conv_lanes(out, taps, pack->bf16.data(), b1, T, *pack);
+    else
+      conv_lanes(out, taps, pack->f32.data(), b1, T, *pack);
+    return;
+  }
+#endif
   if (dot_form) {
     // Every (output, position) pair as dot_f32 of the output's weight row (d·t1 floats) with the position's
     // taps (dot_f32_grid, the same bits): the weights are read once per call, however many sequences share
@@ -98,7 +224,8 @@ void cca_grouped_taps_forward(float* out, const float* taps, const float* w1, co
 }
 
 void cca_conv_forward(float* out, float* mid, const float* frames, const float* w0, const float* b0,
-                      const float* w1, const float* b1, int64_t S, const CcaDims& dm) {
+                      const float* w1, const float* b1, int64_t S, const CcaDims& dm,
+                      const CcaConvPack* pack) {
   ZAYA_PROFILE_SCOPE("cca_conv");
   const int64_t C = dm.C(), d = dm.d, t1 = dm.t1;
   cca_depthwise_forward(mid, frames, w0, b0, S, dm);
@@ -121,7 +248,7 @@ void cca_conv_forward(float* out, float* mid, const float* frames, const float* 
     thread_local std::vector<float> taps;  // [S, groups, d·t1]
     taps.resize(size_t(S * groups * d * t1));
     cca_conv_taps(taps.data(), mid, S, dm);
-    cca_grouped_taps_forward(out, taps.data(), w1, b1, S, cca_conv_dot_form(S), dm);
+    cca_grouped_taps_forward(out, taps.data(), w1, b1, S, cca_conv_dot_form(S), dm, pack);
     return;
   }
   std::vector<float> w1t(t1 * C * d);  // shared by the threads below (a thread_local would not be)

@@ -3,7 +3,9 @@
 // All per sequence row; frames are row-major [time, C].
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace zaya {
 
@@ -16,13 +18,30 @@ struct CcaDims {
   int64_t P() const { return (t0 - 1) + (t1 - 1); }
 };
 
+// The grouped convolution's weights re-laid for inference (pack_decode_weights): per group g,
+//   w[g][k][c] = w1[(g·d + c)·K + k]   (K = d·t1 inputs of each of the group's d outputs),
+// so that 16 outputs of a group share a vector and each position's input is one broadcast. bf16 when every
+// weight is a bf16 value (a bf16 checkpoint's: widening back is exact; half the 1.3 MB a ZAYA1-8B layer
+// reads per decode step), fp32 otherwise; none (empty) without AVX-512 or when d is not a multiple of 16.
+struct CcaConvPack {
+  int64_t groups = 0, d = 0, K = 0;
+  std::vector<uint16_t> bf16;  // [groups][K][d], or empty
+  std::vector<float> f32;      // [groups][K][d], or empty
+  bool empty() const { return bf16.empty() && f32.empty(); }
+  size_t bytes() const { return bf16.size() * sizeof(uint16_t) + f32.size() * sizeof(float); }
+};
+CcaConvPack cca_conv_pack(const float* w1, int64_t C, int64_t d, int64_t t1);
+
 // Both causal convolutions (§5.5b) for S new tokens.
 //   frames[P+S, C]: the P previous raw frames (zeros on a fresh sequence) then the S new raw frames U.
 //   mid[S+t1-1, C]: scratch, the depthwise outputs m_σ, σ = -(t1-1) … S-1.
 //   out[S, C]:      grouped-conv outputs c_t.
 // w0 [C, 1, t0], b0 [C], w1 [C, d, t1], b1 [C] (groups = Hq + Hk, one per head).
+// pack (nullable): w1 re-laid (cca_conv_pack), taken where the dot form would be (the same bits as the
+// batched decode call with that pack).
 void cca_conv_forward(float* out, float* mid, const float* frames, const float* w0, const float* b0,
-                      const float* w1, const float* b1, int64_t S, const CcaDims& dm);
+                      const float* w1, const float* b1, int64_t S, const CcaDims& dm,
+                      const CcaConvPack* pack = nullptr);
 
 // The same convolutions in steps, for callers that batch the grouped one over many sequences (decode):
 //   cca_depthwise_forward: mid[S+t1-1, C] from frames[P+S, C] (the first half of cca_conv_forward).
@@ -31,12 +50,15 @@ void cca_conv_forward(float* out, float* mid, const float* frames, const float* 
 //   cca_grouped_taps_forward: out[T, C] = b1 + the grouped convolution of T positions' taps[T, groups, d·t1]
 //     (any number of sequences); dot_form: one dot_f32 per output over w1's row (cca_conv_dot_form(S) says
 //     which form cca_conv_forward takes for S positions; each output's bits are the same either way of
-//     batching), else zaya's small GEMM (a fixed order per element whatever T).
+//     batching), or, given a pack (non-empty), one fma chain per output over k = 0 … K-1 in order with 16
+//     outputs in a vector's lanes (bits that do not depend on T either); else zaya's small GEMM (a fixed
+//     order per element whatever T).
+
 void cca_depthwise_forward(float* mid, const float* frames, const float* w0, const float* b0, int64_t S,
                            const CcaDims& dm);
 void cca_conv_taps(float* taps, const float* mid, int64_t S, const CcaDims& dm);
 void cca_grouped_taps_forward(float* out, const float* taps, const float* w1, const float* b1, int64_t T,
-                              bool dot_form, const CcaDims& dm);
+                              bool dot_form, const CcaDims& dm, const CcaConvPack* pack = nullptr);
 bool cca_conv_dot_form(int64_t S);
 
 // q/k mean mixing, QK norm, temperature and RoPE, in place on conv[S, C] (§5.5 c-e):

@@ -13,6 +13,7 @@
 #include "core/quant.h"
 #include "io/checkpoint_files.h"
 #include "io/quant_checkpoint.h"
+#include "kernels/cca.h"
 #include "kernels/quant_gemm.h"
 
 namespace zaya {
@@ -384,6 +385,13 @@ void pack_decode_weights(ZayaWeights& w, bool release_source) {
       if (wanted(*t)) pack_for_decode(*t, release_source);
   }
   if (wanted(w.lm_head)) pack_for_decode(w.lm_head, release_source);
+  // The convolution's weights for the output-lanes kernel (bf16 where exact).
+  for (ZayaLayerWeights& l : w.layers) {
+    const Tensor& c1 = l.conv1_w;
+    if (!c1.defined() || l.conv1_pack) continue;
+    auto pack = std::make_shared<CcaConvPack>(cca_conv_pack(c1.f32(), c1.shape[0], c1.shape[1], c1.shape[2]));
+    if (!pack->empty()) l.conv1_pack = std::move(pack);
+  }
 }
 
 void fuse_qkv(const ZayaConfig& c, ZayaWeights& w) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,8 @@
 #include "model/zaya-config.h"
 
 namespace zaya {
+
+struct CcaConvPack;  // kernels/cca.h
 
 struct ResidualScaleWeights {
   Tensor hidden_scale, hidden_bias, residual_scale, residual_bias;  // [H] each, F32
@@ -28,8 +31,11 @@ struct ZayaLayerWeights {
   Tensor qkv, qkv_bias;
   Tensor conv0_w, conv0_b;  // [C, 1, t0], [C]   depthwise
   Tensor conv1_w, conv1_b;  // [C, d, t1], [C]   grouped, one group per head
-  Tensor temp;              // [Hk] key temperature
-  Tensor o_proj, o_bias;    // [H, A], [H]
+  // conv1_w re-laid for inference (kernels/cca.h), made by pack_decode_weights; null in training models,
+  // whose conv1_w changes every step.
+  std::shared_ptr<const CcaConvPack> conv1_pack;
+  Tensor temp;            // [Hk] key temperature
+  Tensor o_proj, o_bias;  // [H, A], [H]
   ResidualScaleWeights post_attn_scale;
   Tensor post_norm;                      // [H]
   Tensor router_down, router_down_bias;  // [R, H], [R]
@@ -88,9 +94,9 @@ void fuse_qkv(const ZayaConfig& cfg, ZayaWeights& w);
 
 // Attaches the decode kernels' packed copy (kernels/quant_gemm.h: pack_for_decode) to every Q8_0 and MXFP4
 // matrix a decode step reads: q/k/v, o, router, experts, head; to the FP8 ones where
-// fp8_decode_pack_wanted(); and to the BF16 ones where bf16_decode_pack_wanted(experts). F32 weights are left alone.
-// Called by load_weights, which also releases the checkpoint's pages of the packed quantized matrices and
-// BF16 experts (prefill dequantizes from the pack too), so those weights are held once; 2-D BF16 matrices
+// fp8_decode_pack_wanted(); and to the BF16 ones where bf16_decode_pack_wanted(experts). F32 weights are left
+// alone. Called by load_weights, which also releases the checkpoint's pages of the packed quantized matrices
+// and BF16 experts (prefill dequantizes from the pack too), so those weights are held once; 2-D BF16 matrices
 // keep theirs (prefill's GEMM reads them).
 void pack_decode_weights(ZayaWeights& w, bool release_source = false);
 

@@ -254,7 +254,7 @@ void block_forward(const ZayaModel& model, int64_t li, const BlockCall& call, fl
       float* mid = mid_all + tid * mid_n;
       const float* frames = load_frames(si, tid);
       cca_conv_forward(cv, mid, frames, lw.conv0_w.f32(), lw.conv0_b.f32(), lw.conv1_w.f32(),
-                       lw.conv1_b.f32(), S, dm);
+                       lw.conv1_b.f32(), S, dm, lw.conv1_pack.get());
       if (la) {
         const int64_t n_mid = S + c.cca_time1 - 1;
         std::memcpy(la->mid.data() + si * n_mid * C, mid, n_mid * C * sizeof(float));
@@ -343,7 +343,7 @@ void block_forward(const ZayaModel& model, int64_t li, const BlockCall& call, fl
       cca_conv_taps(taps + batch_row0[i] * groups * K, mid, sg.n, dm);
     });
     cca_grouped_taps_forward(conv_batch, taps, lw.conv1_w.f32(), lw.conv1_b.f32(), batch_T,
-                             !gemm_batch_invariant(), dm);
+                             !gemm_batch_invariant(), dm, lw.conv1_pack.get());
     for (size_t i = 0; i < batched.size(); i++) {
       const BlockSegment& sg = call.segs[batched[i]];
       std::memcpy(conv + sg.t0 * C, conv_batch + batch_row0[i] * C, sg.n * C * sizeof(float));
