@@ -23,7 +23,6 @@
 #include <limits>
 #include <random>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -432,32 +431,6 @@ TEST(KernelsFd, CcaQkNormClampBranch) {
   tol.h = 1e-11;
   tol.rtol = 0;
   check_cca_qk({4, 2, 8, 2, 2}, /*rotary=*/4, 1e-9f, tol, true);
-}
-
-// cca_qk_forward memoises each thread's RoPE angles by position (and rotary dim, theta): a call whose
-// position shares a memo slot with an earlier one (64 apart), or whose theta or rotary dim changed, gives the
-// bits of the same call on a fresh thread (an empty memo).
-TEST(KernelsFd, CcaQkRopeMemoKeepsEachCallsBits) {
-  const CcaDims dm{4, 2, 8, 2, 2};
-  const int64_t C = dm.C();
-  const auto conv = randn(C), raw = randn(C), temp = randn(dm.Hk);
-  struct Call {
-    int64_t pos, rotary;
-    double theta;
-  };
-  const std::vector<Call> calls = {{5, 4, 1e4}, {69, 4, 1e4},  {5, 4, 1e4}, {5, 4, 5e6},
-                                   {5, 8, 5e6}, {133, 8, 5e6}, {6, 8, 5e6}, {6, 4, 1e4}};
-  auto run = [&](const Call& c) {
-    std::vector<float> out = conv;
-    cca_qk_forward(out.data(), raw.data(), temp.data(), &c.pos, 1, dm, c.rotary, c.theta);
-    return out;
-  };
-  for (size_t i = 0; i < calls.size(); i++) {
-    const std::vector<float> memo = run(calls[i]);
-    std::vector<float> fresh;
-    std::thread([&] { fresh = run(calls[i]); }).join();
-    EXPECT_EQ(0, std::memcmp(memo.data(), fresh.data(), C * sizeof(float))) << "call " << i;
-  }
 }
 
 namespace {

@@ -307,58 +307,24 @@ void rope_apply(float* x, int64_t pos, int64_t r, const float* inv_freq) {
   }
 }
 
-namespace {
-
-// A position's rope_angles (cos [r/2], then sin [r/2]) for one (r, theta), memoised per thread with its
-// inverse frequencies: a decode step asks for each of its positions once per layer (40 times in ZAYA1-8B),
-// and each ask cost 64 cos, 64 sin, 64 pow and an allocation (cca_qk_forward of one ZAYA1-8B position in a
-// loop: 3.1 -> 2.7 us a call; the rest is the mixing and the norms). The same calls compute each entry, so
-// the values are rope_angles' bits. Direct-mapped by position; the pointer holds until this thread's next
-// call.
-const float* rope_angles_memo(int64_t pos, int64_t r, double theta) {
-  constexpr int kSlots = 64;
-  struct Memo {
-    int64_t r = -1;
-    double theta = 0;
-    std::vector<float> inv_freq;  // [r/2 + 1]
-    std::vector<float> angles;    // [kSlots][r]: cos | sin
-    int64_t pos[kSlots];
-  };
-  thread_local Memo m;
-  if (m.r != r || m.theta != theta) {
-    m.r = r;
-    m.theta = theta;
-    m.inv_freq.assign(size_t(r / 2 + 1), 0.f);
-    rope_inv_freq(m.inv_freq.data(), r, theta);
-    m.angles.assign(size_t(kSlots * std::max<int64_t>(r, 1)), 0.f);
-    std::fill(m.pos, m.pos + kSlots, int64_t(-1));
-  }
-  const int slot = int(((pos % kSlots) + kSlots) % kSlots);
-  float* a = m.angles.data() + slot * r;
-  if (m.pos[slot] != pos || pos < 0) {
-    rope_angles(a, a + r / 2, pos, r, m.inv_freq.data());
-    m.pos[slot] = pos;
-  }
-  return a;
-}
-
-}  // namespace
-
 void cca_qk_forward(float* conv, const float* raw, const float* temp, const int64_t* positions, int64_t S,
                     const CcaDims& dm, int64_t rotary_dim, double theta) {
   ZAYA_PROFILE_SCOPE("cca_qk_rope");
   const int64_t Hq = dm.Hq, Hk = dm.Hk, d = dm.d, A = dm.A(), C = dm.C(), G = Hq / Hk;
   const float sqrt_d = std::sqrt(float(d));
   const float eps_q = 1.1920928955078125e-07f;  // fp32 machine epsilon: the reference's clamp (spec §5.5d)
+  std::vector<float> inv_freq(rotary_dim / 2 + 1);
+  rope_inv_freq(inv_freq.data(), rotary_dim, theta);
 #pragma omp parallel for schedule(static) if (S * C > 65536)
   for (int64_t t = 0; t < S; t++) {
     float* row = conv + t * C;
     const float* u = raw + t * C;
-    thread_local std::vector<float> qr;
+    thread_local std::vector<float> qr, cs, sn;
     qr.resize(size_t(Hq * d));
-    // The position's rotation, once for all its Hq + Hk heads (and, memoised, for every layer).
-    const float* cs = rope_angles_memo(positions[t], rotary_dim, theta);
-    const float* sn = cs + rotary_dim / 2;
+    // The position's rotation, once for all its Hq + Hk heads.
+    cs.resize(size_t(rotary_dim / 2 + 1));
+    sn.resize(size_t(rotary_dim / 2 + 1));
+    rope_angles(cs.data(), sn.data(), positions[t], rotary_dim, inv_freq.data());
     // (c) Qr[h] = ½(Q0[h] + K0[κ(h)]); Kr[j] = mean of Qr over the group of j.
     for (int64_t h = 0; h < Hq; h++) {
       const float* q0 = u + h * d;
@@ -385,7 +351,7 @@ void cca_qk_forward(float* conv, const float* raw, const float* temp, const int6
       float scale = sqrt_d / std::max(n, eps_q);
       if (h >= Hq) scale *= temp[h - Hq];
       for (int64_t i = 0; i < d; i++) v[i] *= scale;
-      rope_rotate(v, cs, sn, rotary_dim);
+      rope_rotate(v, cs.data(), sn.data(), rotary_dim);
     }
   }
 }
