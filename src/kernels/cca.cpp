@@ -236,14 +236,14 @@ void cca_conv_forward(float* out, float* mid, const float* frames, const float* 
   // Decode and short chunks: per group, the taps' inputs side by side and dot products over the weights as
   // stored ([o][c'][j], rows of d·t1; cca_grouped_taps_forward). Below 16 positions one dot_f32 per output
   // (a GEMM per group and tap would be all call overhead; strided scalar loops over ZAYA1-8B's 1.3 MB of
-  // conv weights cost 0.3 ms a layer). In batch-invariant mode (gemm.h) every call takes zaya's small
-  // kernel, so that a position's output does not depend on how many positions share the call (prefill
-  // chunks are cut by the scheduler's token budget, which depends on the other sequences): a fixed order
-  // per element over the d·t1 terms, whatever S (gemm_small.h), with no re-laid weights and no dispatch (a
-  // decode step's convolution ran a 330 kB weight transpose, a parallel region and 20 gemm() calls per
-  // layer: 236 vs 50 us a call for mid.json). Outside that mode the small kernel serves chunks below 64
-  // positions too (the re-laid weights and per-tap GEMMs below cost more there: the 20-token continuations
-  // of `zaya eval run`'s shared-context scoring).
+  // conv weights cost 0.3 ms a layer), or with an inference pack its output-lanes chains instead. In
+  // batch-invariant mode (gemm.h) every call takes zaya's small kernel, so that a position's output does not
+  // depend on how many positions share the call (prefill chunks are cut by the scheduler's token budget,
+  // which depends on the other sequences): a fixed order per element over the d·t1 terms, whatever S
+  // (gemm_small.h), with no re-laid weights and no dispatch (a decode step's convolution ran a 330 kB weight
+  // transpose, a parallel region and 20 gemm() calls per layer: 236 vs 50 us a call for mid.json). Outside
+  // that mode the small kernel serves chunks below 64 positions too (the re-laid weights and per-tap GEMMs
+  // below cost more there: the 20-token continuations of `zaya eval run`'s shared-context scoring).
   if (gemm_batch_invariant() || S < 64) {
     thread_local std::vector<float> taps;  // [S, groups, d·t1]
     taps.resize(size_t(S * groups * d * t1));

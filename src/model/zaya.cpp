@@ -318,7 +318,8 @@ void block_forward(const ZayaModel& model, int64_t li, const BlockCall& call, fl
   // The short segments' grouped convolutions as one call: a decode step of B sequences reads the conv
   // weights (1.3 MB a layer for ZAYA1-8B, evicted from L2 by the expert stream between layers) once, not
   // B times. Each output keeps the bits it has in its own segment's cca_conv_forward (the same form per
-  // position: dot_f32 per output below 16 positions, the small GEMM in batch-invariant mode).
+  // position below 16 positions: the inference pack's fma chain, or dot_f32 per output without a pack; the
+  // small GEMM in batch-invariant mode).
   std::vector<int64_t> batched, batch_row0;  // segments, and their first row in the batch
   int64_t batch_T = 0;
   for (int64_t si : short_segs) {
