@@ -5,12 +5,14 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "core/threads.h"
 #include "kernels/attention.h"
+#include "kernels/cca.h"
 
 using namespace zaya;
 
@@ -121,6 +123,59 @@ void BM_AttentionDecode(benchmark::State& state) {
 }
 BENCHMARK(BM_AttentionDecode)
     ->ArgsProduct({{512, 4096, 32768}, {8}, {2}, {128}, {0, 1}})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+// A decode step's grouped CCA convolution of one layer (cca_grouped_taps_forward) for T positions, ZAYA1-8B's
+// shape (10 groups of 128 outputs, 256 inputs each; weights with bf16 values, as a bf16 checkpoint's), over
+// the weights as stored (form 0: a dot_f32 per output) or over the inference pack (form 1: bf16, one fma
+// chain per output, 16 outputs a vector). GB/s counts the weights the form reads. Args: T, form, cold (1: the
+// iterations go round 128 MB of weight copies, so each call reads them from memory as a decode step does
+// after the experts streamed through the caches; 0: the same layer every call).
+void BM_CcaConvDecode(benchmark::State& state) {
+  const int64_t T = state.range(0);
+  const bool packed = state.range(1) != 0;
+  const CcaDims dm{8, 2, 128, 2, 2};
+  const int64_t C = dm.C(), d = dm.d, groups = dm.Hq + dm.Hk, K = d * dm.t1;
+  const size_t layer_bytes = size_t(C * K) * (packed ? 2 : 4);
+  const size_t copies = state.range(2) ? (size_t(128) << 20) / layer_bytes : 1;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  std::vector<float> w1(static_cast<size_t>(C * K)), b1(static_cast<size_t>(C)),
+      taps(static_cast<size_t>(T * groups * K)), out(static_cast<size_t>(T * C));
+  for (std::vector<float>* x : {&w1, &b1, &taps})
+    for (float& e : *x) e = normal(rng);
+  for (float& w : w1) {  // bf16 values: the pack holds bf16
+    uint32_t bits;
+    std::memcpy(&bits, &w, 4);
+    bits &= 0xFFFF0000u;
+    std::memcpy(&w, &bits, 4);
+  }
+  std::vector<std::vector<float>> weights;
+  std::vector<CcaConvPack> packs;
+  for (size_t i = 0; i < copies; i++) {
+    if (packed)
+      packs.push_back(cca_conv_pack(w1.data(), C, d, dm.t1));
+    else
+      weights.push_back(w1);
+  }
+  if (packed && packs[0].empty()) {
+    state.SkipWithError("no inference pack on this build (AVX-512 only)");
+    return;
+  }
+  size_t c = 0;
+  for (auto _ : state) {
+    cca_grouped_taps_forward(out.data(), taps.data(), packed ? w1.data() : weights[c].data(), b1.data(), T,
+                             /*dot_form=*/true, dm, packed ? &packs[c] : nullptr);
+    benchmark::DoNotOptimize(out.data());
+    c = (c + 1) % copies;
+  }
+  state.SetLabel(std::string(packed ? "pack" : "dot_f32") + (state.range(2) ? " cold" : " hot"));
+  state.counters["GB/s"] =
+      benchmark::Counter(double(layer_bytes) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_CcaConvDecode)
+    ->ArgsProduct({{1, 4, 16}, {0, 1}, {0, 1}})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
