@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/threads.h"
 #include "kernels/attention.h"
 #include "kernels/cca.h"
@@ -96,33 +97,48 @@ BENCHMARK(BM_AttentionPerThread)
 // counts the keys and values once (what the step must read; the 4 query heads of a KV head share them).
 // Args: N keys, Hq, Hk, d, cold (1: the iterations go round copies of the cache, 128 MB in all, so each call
 // reads its keys and values from memory, as a decode step does after the layers' weights have streamed
-// through the caches; 0: the same cache every call, from L2 / L3).
+// through the caches; 0: the same cache every call, from L2 / L3), cache dtype (0: fp32, attention_forward;
+// 1: bf16, attention_forward_kv16: `--kv-cache bf16`).
 void BM_AttentionDecode(benchmark::State& state) {
   const int64_t N = state.range(0), Hq = state.range(1), Hk = state.range(2), d = state.range(3);
-  const size_t kv = size_t(Hk * N * d);  // floats of K (and of V) in one copy
-  const size_t copies =
-      state.range(4) ? std::max<size_t>(1, (size_t(128) << 20) / (2 * kv * sizeof(float))) : 1;
+  const bool kv16 = state.range(5) != 0;
+  const size_t elem = kv16 ? sizeof(uint16_t) : sizeof(float);
+  const size_t kv = size_t(Hk * N * d);  // elements of K (and of V) in one copy
+  const size_t copies = state.range(4) ? std::max<size_t>(1, (size_t(128) << 20) / (2 * kv * elem)) : 1;
   std::mt19937 rng(7);
   std::normal_distribution<float> normal;
-  std::vector<float> q(size_t(Hq * d)), k(kv * copies), v(kv * copies), out(q.size());
+  std::vector<float> q(size_t(Hq * d)), k(kv * (kv16 ? 1 : copies)), v(k.size()), out(q.size());
   for (std::vector<float>* x : {&q, &k, &v})
     for (float& e : *x) e = normal(rng);
+  std::vector<uint16_t> k16, v16;  // bf16 copies of the cache
+  if (kv16) {
+    k16.resize(kv * copies);
+    v16.resize(kv * copies);
+    for (size_t c = 0; c < copies; c++) {
+      convert_f32_to_bf16(k16.data() + c * kv, k.data(), int64_t(kv));
+      convert_f32_to_bf16(v16.data() + c * kv, v.data(), int64_t(kv));
+    }
+  }
   const int64_t pos = N - 1;
   AttentionArgs a;
   a.S = 1, a.Hq = Hq, a.Hk = Hk, a.d = d, a.n_keys = N, a.key_pos0 = 0, a.key_stride = N * d;
   size_t c = 0;
   for (auto _ : state) {
-    attention_forward(out.data(), nullptr, q.data(), Hq * d, k.data() + c * kv, v.data() + c * kv, &pos,
-                      nullptr, a);
+    if (kv16)
+      attention_forward_kv16(out.data(), nullptr, q.data(), Hq * d, k16.data() + c * kv, v16.data() + c * kv,
+                             &pos, nullptr, a);
+    else
+      attention_forward(out.data(), nullptr, q.data(), Hq * d, k.data() + c * kv, v.data() + c * kv, &pos,
+                        nullptr, a);
     benchmark::DoNotOptimize(out.data());
     c = (c + 1) % copies;
   }
-  state.SetLabel(state.range(4) ? "cold" : "hot");
-  const double bytes = 2.0 * double(Hk * N * d) * sizeof(float);
+  state.SetLabel(std::string(state.range(4) ? "cold" : "hot") + (kv16 ? ", bf16 cache" : ", fp32 cache"));
+  const double bytes = 2.0 * double(kv) * double(elem);
   state.counters["GB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_AttentionDecode)
-    ->ArgsProduct({{512, 4096, 32768}, {8}, {2}, {128}, {0, 1}})
+    ->ArgsProduct({{512, 4096, 32768}, {8}, {2}, {128}, {0, 1}, {0, 1}})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 

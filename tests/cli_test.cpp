@@ -57,16 +57,23 @@ TEST(Cli, ForwardWritesTheParityContract) {
   std::filesystem::remove(out);
 }
 
+// With the fp32 cache and with `--kv-cache bf16` (the golden tokens hold there too: model_golden_test).
 TEST(Cli, GenerateJsonEqualsGolden) {
   const std::string g = zaya::test::golden_dir();
-  Proc r =
-      run("generate --model " + g + " --input " + g + "/inputs.json --max-new-tokens 16 --greedy --json");
-  ASSERT_EQ(r.status, 0) << r.out;
-  auto want = zaya::test::read_json(g + "/expected.json")["generation"]["new_tokens"];
-  auto line_start = r.out.find("{\"new_tokens\"");
-  ASSERT_NE(line_start, std::string::npos) << r.out;
-  auto got = nlohmann::json::parse(r.out.substr(line_start, r.out.find('\n', line_start) - line_start));
-  EXPECT_EQ(got["new_tokens"], want);
+  for (const char* kv : {"", " --kv-cache bf16"}) {
+    SCOPED_TRACE(kv);
+    Proc r = run("generate --model " + g + " --input " + g +
+                 "/inputs.json --max-new-tokens 16 --greedy --json" + kv);
+    ASSERT_EQ(r.status, 0) << r.out;
+    auto want = zaya::test::read_json(g + "/expected.json")["generation"]["new_tokens"];
+    auto line_start = r.out.find("{\"new_tokens\"");
+    ASSERT_NE(line_start, std::string::npos) << r.out;
+    auto got = nlohmann::json::parse(r.out.substr(line_start, r.out.find('\n', line_start) - line_start));
+    EXPECT_EQ(got["new_tokens"], want);
+  }
+  Proc r = run("generate --model " + g + " --input " + g + "/inputs.json --kv-cache fp8");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("--kv-cache"), std::string::npos) << r.out;
 }
 
 TEST(Cli, BadInputGetsAClearError) {
@@ -373,7 +380,8 @@ TEST(Cli, BenchForwardAndTrainReportMedianAndBestFractions) {
 
 TEST(Cli, BenchDecodeWritesOneLinePerBatch) {
   const std::string q = zaya::test::data_dir() + "/quant/fp8_experts";
-  Proc r = run("bench decode --model " + q + " --no-mmap --batch 1,2 --context 4 --tokens 2 --repeats 2");
+  Proc r = run("bench decode --model " + q +
+               " --no-mmap --kv-cache bf16 --batch 1,2 --context 4 --tokens 2 --repeats 2");
   ASSERT_EQ(r.status, 0) << r.out;
   std::vector<nlohmann::json> lines;
   std::istringstream in(r.out);
@@ -386,6 +394,7 @@ TEST(Cli, BenchDecodeWritesOneLinePerBatch) {
     EXPECT_EQ(j["bench"], "decode");
     EXPECT_EQ(j["batch"], int(i) + 1);
     EXPECT_EQ(j["weights"], "fp8");
+    EXPECT_EQ(j["kv_cache"], "bf16");
     for (const char* k :
          {"decode_tokens_per_s", "weight_bytes_per_step", "achieved_gbs", "read_bandwidth_gbs",
           "read_bandwidth_before_load_gbs", "bandwidth_fraction", "peak_rss_mb"}) {

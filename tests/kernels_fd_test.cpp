@@ -35,6 +35,7 @@
 #include "kernels/delayed_values.h"
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
+#include "kernels/gemm.h"
 #include "kernels/linear_backward.h"
 #include "kernels/loss.h"
 #include "kernels/moe.h"
@@ -722,6 +723,60 @@ TEST(Kernels, AttentionDecodeRowsWithNoVisibleKeyAreZero) {
   attention_forward(out.data(), lse.data(), q.data(), Hq * d, k.data(), v.data(), &pos, nullptr, a);
   for (int64_t i = 0; i < Hq * d; i++) ASSERT_EQ(out[i], 0.f) << "element " << i;
   for (int64_t h = 0; h < Hq; h++) EXPECT_EQ(lse[h], -std::numeric_limits<float>::infinity()) << "head " << h;
+}
+
+// A bf16 key/value cache (attention_forward_kv16) gives the bits of an fp32 cache holding the same values:
+// decode's per-row path widens blocks of 32 keys (at d 128) as it goes, continuing each value chain across
+// them; prefill chunks and batch-invariant calls widen everything once. Key counts below, at and beyond one
+// block, windows, padded keys, a key stride beyond the stored keys, head dims with vector tails; 1 and 2
+// threads. Fails when a block's value chains restart from zero, when a block's scores land at the wrong keys,
+// or when the widened keys keep the cache's stride.
+TEST(Kernels, AttentionBf16CacheEqualsF32CacheOfTheSameValues) {
+  const int threads = num_threads();
+  struct Case {
+    int64_t S, Hq, Hk, d, n, window;
+  };
+  const std::vector<Case> cases = {{1, 8, 2, 128, 5, 0},     {1, 8, 2, 128, 32, 0},  {1, 8, 2, 128, 300, 0},
+                                   {1, 8, 2, 128, 300, 100}, {3, 8, 2, 128, 70, 20}, {1, 4, 1, 24, 90, 0},
+                                   {2, 3, 3, 8, 41, 0},      {12, 8, 2, 128, 60, 0}, {20, 4, 1, 24, 40, 16}};
+  for (int th : {1, 2})
+    for (bool invariant : {false, true})
+      for (const Case& c : cases) {
+        SCOPED_TRACE("S " + std::to_string(c.S) + " Hq " + std::to_string(c.Hq) + " d " +
+                     std::to_string(c.d) + " keys " + std::to_string(c.n) + " window " +
+                     std::to_string(c.window) + " threads " + std::to_string(th) +
+                     (invariant ? " batch-invariant" : ""));
+        set_num_threads(th);
+        set_gemm_batch_invariant(invariant);
+        const int64_t cap = c.n + 7;  // the stride between heads: room beyond the stored keys
+        std::vector<float> q = randn(c.S * c.Hq * c.d), k32 = randn(c.Hk * cap * c.d),
+                           v32 = randn(c.Hk * cap * c.d);
+        std::vector<uint16_t> k16(k32.size()), v16(v32.size());
+        convert_f32_to_bf16(k16.data(), k32.data(), int64_t(k32.size()));
+        convert_f32_to_bf16(v16.data(), v32.data(), int64_t(v32.size()));
+        round_f32_to_bf16_values(k32.data(), k32.data(), int64_t(k32.size()));
+        round_f32_to_bf16_values(v32.data(), v32.data(), int64_t(v32.size()));
+        std::vector<int64_t> pos(c.S);
+        for (int64_t s = 0; s < c.S; s++) pos[s] = 1000 + c.n - c.S + s;  // the last S keys are the new ones
+        std::vector<uint8_t> valid(c.n, 1);
+        valid[1 % c.n] = 0;  // a padded key
+        AttentionArgs a;
+        a.S = c.S, a.Hq = c.Hq, a.Hk = c.Hk, a.d = c.d, a.n_keys = c.n, a.key_pos0 = 1000,
+        a.key_stride = cap * c.d;
+        a.window = c.window;
+        std::vector<float> want(c.S * c.Hq * c.d), got(want.size(), std::numeric_limits<float>::quiet_NaN());
+        attention_forward(want.data(), nullptr, q.data(), c.Hq * c.d, k32.data(), v32.data(), pos.data(),
+                          valid.data(), a);
+        attention_forward_kv16(got.data(), nullptr, q.data(), c.Hq * c.d, k16.data(), v16.data(), pos.data(),
+                               valid.data(), a);
+        for (size_t i = 0; i < want.size(); i++) {
+          ASSERT_FALSE(std::isnan(got[i])) << "element " << i;
+          ASSERT_EQ(std::memcmp(&got[i], &want[i], sizeof(float)), 0)
+              << "element " << i << ": " << got[i] << " against " << want[i];
+        }
+      }
+  set_gemm_batch_invariant(false);
+  set_num_threads(threads);
 }
 
 // ---- Experts over sorted tokens, skip class ----

@@ -266,6 +266,7 @@ int bench_decode(const BenchDecodeOptions& o) {
     j["model"] = o.model_dir.empty() ? o.config : o.model_dir;
     j["weights"] = weights;
     j["what"] = quantize_now ? o.what : "as loaded";
+    j["kv_cache"] = o.semantics.kv_cache;  // how the cache stores keys and values (--kv-cache)
     j["compute"] = dtype_name(compute);
     j["batch"] = B;
     j["context"] = o.context;

@@ -159,15 +159,16 @@ int cmd_serve(int argc, char** argv) {
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
                c.num_params() / 1e9, dtype.c_str(), template_from.c_str());
   // Memory: the CCA cache per token of context beside a full-head (uncompressed MHA) KV cache.
-  const double per_tok = double(zaya::serve::Engine::bytes_per_token(c));
-  const double full_head =
-      double(c.num_hidden_layers) * 2 * c.num_attention_heads * c.head_dim * sizeof(float);
+  // Both in the cache's dtype (--kv-cache).
+  const double per_tok = double(zaya::serve::Engine::bytes_per_token(c, model.kv_cache));
+  const double full_head = double(c.num_hidden_layers) * 2 * c.num_attention_heads * c.head_dim *
+                           (model.kv_cache == zaya::DType::BF16 ? 2 : 4);
   std::fprintf(
       stderr,
-      "zaya serve: CCA cache %.1f KiB per token of context (a full-head KV cache: %.1f KiB, %.1fx); "
+      "zaya serve: CCA cache %.1f KiB per token of context in %s (a full-head KV cache: %.1f KiB, %.1fx); "
       "%ld slots x %ld tokens = %.1f MiB, prompt-state cache up to %ld MiB; batch-invariant GEMMs %s\n",
-      per_tok / 1024, full_head / 1024, full_head / per_tok, long(so.engine.parallel),
-      long(so.engine.ctx_size),
+      per_tok / 1024, model.kv_cache == zaya::DType::BF16 ? "bf16" : "fp32", full_head / 1024,
+      full_head / per_tok, long(so.engine.parallel), long(so.engine.ctx_size),
       (per_tok * so.engine.ctx_size + zaya::serve::Engine::fixed_bytes_per_seq(c)) * so.engine.parallel /
           (1 << 20),
       long(so.engine.cache_prompt ? so.engine.cache_mb : 0), zaya::gemm_batch_invariant() ? "on" : "off");

@@ -1,5 +1,5 @@
-// The flags shared by every command that loads a model: `--semantics auto|native|legacy` (spec §8.4) and
-// `--no-mmap` (model/zaya-weights.h: load_weights' in_memory).
+// The flags shared by every command that loads a model: `--semantics auto|native|legacy` (spec §8.4),
+// `--no-mmap` (model/zaya-weights.h: load_weights' in_memory) and `--kv-cache f32|bf16` (model/zaya-cache.h).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -15,11 +15,13 @@ struct LoadFlags {
   bool legacy_flag = false;  // --legacy-semantics: the older spelling of --semantics legacy
 
   bool no_mmap = false;
+  std::string kv_cache = "f32";
 
   Semantics get() const { return legacy_flag ? Semantics::Legacy : parse_semantics(name, "--semantics"); }
   void apply(LoadOptions& lo) const {
     lo.semantics = get();
     lo.in_memory = no_mmap;
+    lo.kv_cache = kv_cache == "bf16" ? DType::BF16 : DType::F32;
   }
 };
 
@@ -37,6 +39,11 @@ inline void add_load_flags(CLI::App& app, LoadFlags& s, bool with_no_mmap = true
   app.add_flag("--no-mmap", s.no_mmap,
                "copy the weights out of the memory-mapped checkpoint into huge pages: a longer load and more "
                "resident memory at once, a faster decode (no 4 KiB-page TLB misses while streaming weights)");
+  app.add_option("--kv-cache", s.kv_cache,
+                 "how the attention cache stores keys and values: f32, or bf16 (each rounded once to nearest "
+                 "even: half the memory, and half the bytes a decode step's attention reads)")
+      ->check(CLI::IsMember({"f32", "bf16"}))
+      ->capture_default_str();
 }
 
 }  // namespace zaya::app

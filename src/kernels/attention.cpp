@@ -3,12 +3,19 @@
 #if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
+#if defined(__GNUC__) && !defined(__clang__)
+// GCC 12's AVX-512 reduce/cast intrinsics start from _mm512_undefined_*: false "uninitialized" warnings.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/error.h"
 #include "core/profile.h"
 #include "core/threads.h"
@@ -74,16 +81,18 @@ namespace {
 // prefetches each row kValuePrefetchRows ahead. With the key prefetch in dot_f32_grid, from memory (cold:
 // the iterations go round 128 MB of caches), in-process randomly interleaved, medians of 5: 54 -> 41 us at
 // 512 keys, 407 -> 278 us at 4096.
+// accumulate: the chains continue from what `o` holds (a bf16 cache's next block of keys, below) instead of
+// starting from zero: the same fmas in the same order as one call over all the keys.
 constexpr int64_t kValueBlockBytes = 16 << 10;  // one block of value rows, well inside a 32 kB L1
 constexpr int64_t kValuePrefetchRows = 16;
 inline void weighted_rows_f32(float* o, const float* p, int64_t ldp, int64_t nh, const float* v,
-                              int64_t first, int64_t last, int64_t d) {
+                              int64_t first, int64_t last, int64_t d, bool accumulate = false) {
   for (int64_t g0 = 0; g0 < nh; g0 += 4) {
     const int64_t ng = std::min<int64_t>(4, nh - g0);
     const float* pg = p + g0 * ldp;
     float* og = o + g0 * d;
     if (last < first) {  // no visible key: the key-block loop below would not write the output at all
-      std::fill(og, og + ng * d, 0.f);
+      if (!accumulate) std::fill(og, og + ng * d, 0.f);
       continue;
     }
     int64_t i0 = 0;
@@ -113,7 +122,7 @@ inline void weighted_rows_f32(float* o, const float* p, int64_t ldp, int64_t nh,
         vec acc[4][kU];
         for (int g = 0; g < 4; g++)
           for (int u = 0; u < kU; u++)
-            acc[g][u] = j0 == first || g >= ng ? zero() : load(og + g * d + i0 + u * kW);
+            acc[g][u] = (j0 == first && !accumulate) || g >= ng ? zero() : load(og + g * d + i0 + u * kW);
         for (int64_t j = j0; j < j1; j++) {
           const float* vv = v + j * d + i0;
           if (i0 == 0)  // the whole row kValuePrefetchRows on: the later passes read it from L1
@@ -135,6 +144,8 @@ inline void weighted_rows_f32(float* o, const float* p, int64_t ldp, int64_t nh,
     i0 = wide;
     for (; i0 + kW <= d; i0 += kW) {  // head_dim 16 or 48, say
       vec acc[4] = {zero(), zero(), zero(), zero()};
+      if (accumulate)
+        for (int g = 0; g < ng; g++) acc[g] = load(og + g * d + i0);
       for (int64_t j = first; j <= last; j++) {
         const vec x = load(v + j * d + i0);
         for (int g = 0; g < ng; g++)
@@ -145,7 +156,7 @@ inline void weighted_rows_f32(float* o, const float* p, int64_t ldp, int64_t nh,
 #endif
     for (int64_t g = 0; g < ng; g++)
       for (int64_t i = i0; i < d; i++) {
-        float acc = 0.f;
+        float acc = accumulate ? og[g * d + i] : 0.f;
         for (int64_t j = first; j <= last; j++)
           if (pg[g * ldp + j] != 0.f) acc = std::fma(pg[g * ldp + j], v[j * d + i], acc);
         og[g * d + i] = acc;
@@ -153,7 +164,21 @@ inline void weighted_rows_f32(float* o, const float* p, int64_t ldp, int64_t nh,
   }
 }
 
-void attention_rows(float* out, float* lse, const float* q, int64_t q_stride, const float* k, const float* v,
+// Keys or values [j0, j1) of one head of a bf16 cache, widened into scratch ([j1 - j0, d] fp32, exact).
+inline void widen_rows(float* dst, const uint16_t* src, int64_t j0, int64_t j1, int64_t d) {
+  convert_bf16_to_f32(dst, src + j0 * d, (j1 - j0) * d);
+}
+
+// Keys a bf16 cache's per-row path widens at a time: 16 kB of fp32 at head_dim 128, in L1 while the score
+// grid or the value sum reads it (and 16+ keys, so the grid keeps its 4 x 4 blocks).
+constexpr int64_t kWidenBytes = 16 << 10;
+
+// KV: float (an fp32 cache, read in place) or uint16_t (a bf16 cache: blocks of keys and of values widened
+// into per-thread scratch as the scores and the value sum reach them; every score is the same dot and every
+// output element the same fma chain over the keys in order, so the bits are those of an fp32 cache holding
+// the same values).
+template <typename KV>
+void attention_rows(float* out, float* lse, const float* q, int64_t q_stride, const KV* k, const KV* v,
                     const int64_t* q_pos, const uint8_t* key_valid, const AttentionArgs& a) {
   const int64_t G = a.Hq / a.Hk, d = a.d, n = a.n_keys;
   const float scale = 1.0f / std::sqrt(float(d));
@@ -171,15 +196,27 @@ void attention_rows(float* out, float* lse, const float* q, int64_t q_stride, co
 #pragma omp parallel for schedule(dynamic, 1) if (a.S * a.Hq * n > 2048)
   for (int64_t item = 0; item < pairs * parts; item++) {
     const int64_t t = item / (a.Hk * parts), j = item / parts % a.Hk, h0 = j * G + item % parts * hp;
-    thread_local std::vector<float> grid, p;  // [keys][hp] as dot_f32_grid writes them; [hp][n]
-    const float* kh = k + j * a.key_stride;
-    const float* vh = v + j * a.key_stride;
+    thread_local std::vector<float> grid, p,
+        wide;  // [keys][hp] as dot_f32_grid writes them; [hp][n]; scratch
+    const KV* kh = k + j * a.key_stride;
+    const KV* vh = v + j * a.key_stride;
     int64_t first, last;
     visible_range(q_pos[t], a, &first, &last);
     const int64_t nv = std::max<int64_t>(0, last - first + 1);
     grid.resize(size_t(std::max<int64_t>(1, nv * hp)));
     p.resize(size_t(hp * n));
-    if (nv > 0) dot_f32_grid(grid.data(), hp, q + t * q_stride + h0 * d, d, hp, kh + first * d, d, nv, d);
+    const float* qh = q + t * q_stride + h0 * d;
+    [[maybe_unused]] const int64_t kb = std::max<int64_t>(16, kWidenBytes / (d * int64_t(sizeof(float))));
+    if constexpr (std::is_same_v<KV, float>) {
+      if (nv > 0) dot_f32_grid(grid.data(), hp, qh, d, hp, kh + first * d, d, nv, d);
+    } else {
+      wide.resize(size_t(kb * d));
+      for (int64_t j0 = first; j0 <= last; j0 += kb) {
+        const int64_t j1 = std::min(last + 1, j0 + kb);
+        widen_rows(wide.data(), kh, j0, j1, d);
+        dot_f32_grid(grid.data() + (j0 - first) * hp, hp, qh, d, hp, wide.data(), d, j1 - j0, d);
+      }
+    }
     for (int64_t g = 0; g < hp; g++) {
       const int64_t h = h0 + g;
       float* ph = p.data() + g * n;
@@ -187,7 +224,18 @@ void attention_rows(float* out, float* lse, const float* q, int64_t q_stride, co
       float l = masked_softmax_row(ph, n, first, last, key_valid);
       if (lse) lse[t * a.Hq + h] = l;
     }
-    weighted_rows_f32(out + t * a.Hq * d + h0 * d, p.data(), n, hp, vh, first, last, d);
+    float* oh = out + t * a.Hq * d + h0 * d;
+    if constexpr (std::is_same_v<KV, float>) {
+      weighted_rows_f32(oh, p.data(), n, hp, vh, first, last, d);
+    } else {
+      if (nv == 0) weighted_rows_f32(oh, p.data(), n, hp, wide.data(), first, last, d);  // zeros
+      for (int64_t j0 = first; j0 <= last; j0 += kb) {
+        const int64_t j1 = std::min(last + 1, j0 + kb);
+        widen_rows(wide.data(), vh, j0, j1, d);
+        weighted_rows_f32(oh, p.data() + j0, n, hp, wide.data(), 0, j1 - j0 - 1, d,
+                          /*accumulate=*/j0 > first);
+      }
+    }
   }
 }
 
@@ -480,6 +528,28 @@ void attention_forward(float* out, float* lse, const float* q, int64_t q_stride,
 #endif
   attention_blocks(out, lse, q, q_stride, k, v, q_pos, key_valid, a, a.gemm_dtype == DType::BF16,
                    /*parallel=*/true, /*invariant=*/false);
+}
+
+void attention_forward_kv16(float* out, float* lse, const float* q, int64_t q_stride, const uint16_t* k,
+                            const uint16_t* v, const int64_t* q_pos, const uint8_t* key_valid,
+                            const AttentionArgs& a) {
+  if (!gemm_batch_invariant() && a.S < 8) {  // attention_forward's per-row path, on widened blocks
+    ZAYA_PROFILE_SCOPE("attention");
+    return attention_rows(out, lse, q, q_stride, k, v, q_pos, key_valid, a);
+  }
+  // Prefill chunks (and every call in batch-invariant mode): the cached keys and values widened once, then
+  // attention_forward as for an fp32 cache.
+  const int64_t n = a.n_keys, d = a.d;
+  thread_local std::vector<float> kw, vw;  // [Hk, n, d]
+  kw.resize(size_t(a.Hk * n * d));
+  vw.resize(kw.size());
+  for (int64_t j = 0; j < a.Hk; j++) {
+    widen_rows(kw.data() + j * n * d, k + j * a.key_stride, 0, n, d);
+    widen_rows(vw.data() + j * n * d, v + j * a.key_stride, 0, n, d);
+  }
+  AttentionArgs wide = a;
+  wide.key_stride = n * d;
+  attention_forward(out, lse, q, q_stride, kw.data(), vw.data(), q_pos, key_valid, wide);
 }
 
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, int64_t q_stride,

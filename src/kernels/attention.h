@@ -30,6 +30,14 @@ void attention_forward(float* out, float* lse, const float* q, int64_t q_stride,
                        const float* v, const int64_t* q_pos, const uint8_t* key_valid,
                        const AttentionArgs& a);
 
+// attention_forward over a bf16 key/value cache (model/zaya-cache.h): k, v [Hk, key_stride/d, d] bf16. The
+// same outputs, bit for bit, as attention_forward over fp32 copies of the same keys and values: decode's
+// per-row path widens blocks of keys and values into scratch as it reaches them (half the bytes from memory),
+// longer calls widen the visible keys and values once.
+void attention_forward_kv16(float* out, float* lse, const float* q, int64_t q_stride, const uint16_t* k,
+                            const uint16_t* v, const int64_t* q_pos, const uint8_t* key_valid,
+                            const AttentionArgs& a);
+
 // Backward of attention_forward for one sequence row (spec §6.5), token-major layout:
 //   q[S, q_stride] with Q'[t, h] at column h·d; k[n_keys, k_stride] and v[n_keys, v_stride] with head j at
 //   column j·d (key i at absolute position key_pos0 + i); dout[S, Hq·d] = ḡO; lse[S, Hq] from the forward.

@@ -32,6 +32,9 @@ ZayaModel ZayaModel::load(const std::string& dir, const LoadOptions& opt) {
   apply_semantics(m.cfg, opt.semantics, config_dir + "/config.json");
   ZAYA_CHECK(opt.compute == DType::F32 || opt.compute == DType::BF16, "compute dtype must be fp32 or bf16");
   m.w = load_weights(weights, m.cfg, opt.compute, opt.in_memory);
+  ZAYA_CHECK(opt.kv_cache == DType::F32 || opt.kv_cache == DType::BF16,
+             "the key/value cache stores F32 or BF16, not ", dtype_name(opt.kv_cache));
+  m.kv_cache = opt.kv_cache;
   return m;
 }
 
@@ -287,13 +290,21 @@ void block_forward(const ZayaModel& model, int64_t li, const BlockCall& call, fl
     std::memcpy(dv_state, dv + (t0 + S - 1) * Kv / 2, Kv / 2 * sizeof(float));
     if (la) std::memcpy(la->vals.data() + t0 * Kv, vals, S * Kv * sizeof(float));
 
-    // Append keys and values: [Hk, cap, d] per row.
+    // Append keys and values: [Hk, cap, d] per row (bf16 caches round each once, to nearest even).
+    const bool kv16 = sg.cache->kv_dtype == DType::BF16;
+    ZAYA_CHECK(!kv16 || !la, "a recording (training) forward needs an fp32 key/value cache");
     for (int64_t j = 0; j < Hk; j++) {
-      float* kd = lc.k.data() + ((b * Hk + j) * lc.cap + old_len) * d;
-      float* vd = lc.v.data() + ((b * Hk + j) * lc.cap + old_len) * d;
+      const int64_t at = ((b * Hk + j) * lc.cap + old_len) * d;
       for (int64_t s = 0; s < S; s++) {
-        std::memcpy(kd + s * d, cv + s * C + A + j * d, d * sizeof(float));
-        std::memcpy(vd + s * d, vals + s * Kv + j * d, d * sizeof(float));
+        const float* ks = cv + s * C + A + j * d;
+        const float* vs = vals + s * Kv + j * d;
+        if (kv16) {
+          convert_f32_to_bf16(lc.k16.data() + at + s * d, ks, d);
+          convert_f32_to_bf16(lc.v16.data() + at + s * d, vs, d);
+        } else {
+          std::memcpy(lc.k.data() + at + s * d, ks, d * sizeof(float));
+          std::memcpy(lc.v.data() + at + s * d, vs, d * sizeof(float));
+        }
       }
     }
     AttentionArgs args;
@@ -307,9 +318,13 @@ void block_forward(const ZayaModel& model, int64_t li, const BlockCall& call, fl
     args.window = c.layer_types[li] == LayerType::HybridSliding ? c.sliding_window : 0;
     args.gemm_dtype = call.training ? DType::F32 : model.w.compute;  // training keeps fp32 attention
     const uint8_t* kvalid = sg.key_valid->data() + key_pos0;
-    attention_forward(ocat + t0 * A, la ? la->lse.data() + t0 * Hq : nullptr, cv, C,
-                      lc.k.data() + b * Hk * lc.cap * d, lc.v.data() + b * Hk * lc.cap * d, sg.pos, kvalid,
-                      args);
+    if (kv16)
+      attention_forward_kv16(ocat + t0 * A, nullptr, cv, C, lc.k16.data() + b * Hk * lc.cap * d,
+                             lc.v16.data() + b * Hk * lc.cap * d, sg.pos, kvalid, args);
+    else
+      attention_forward(ocat + t0 * A, la ? la->lse.data() + t0 * Hq : nullptr, cv, C,
+                        lc.k.data() + b * Hk * lc.cap * d, lc.v.data() + b * Hk * lc.cap * d, sg.pos, kvalid,
+                        args);
   };
   std::vector<int64_t> short_segs, long_segs;
   for (int64_t si = 0; si < n_segs; si++)
@@ -365,10 +380,17 @@ void block_forward(const ZayaModel& model, int64_t li, const BlockCall& call, fl
     if (!call.training && c.layer_types[li] == LayerType::HybridSliding && lc.len > c.sliding_window - 1) {
       int64_t keep = c.sliding_window - 1, drop = lc.len - keep;
       for (int64_t bh = 0; bh < sg.cache->B * Hk; bh++) {
-        float* kb = lc.k.data() + bh * lc.cap * d;
-        float* vb = lc.v.data() + bh * lc.cap * d;
-        std::memmove(kb, kb + drop * d, keep * d * sizeof(float));
-        std::memmove(vb, vb + drop * d, keep * d * sizeof(float));
+        if (sg.cache->kv_dtype == DType::BF16) {
+          uint16_t* kb = lc.k16.data() + bh * lc.cap * d;
+          uint16_t* vb = lc.v16.data() + bh * lc.cap * d;
+          std::memmove(kb, kb + drop * d, keep * d * sizeof(uint16_t));
+          std::memmove(vb, vb + drop * d, keep * d * sizeof(uint16_t));
+        } else {
+          float* kb = lc.k.data() + bh * lc.cap * d;
+          float* vb = lc.v.data() + bh * lc.cap * d;
+          std::memmove(kb, kb + drop * d, keep * d * sizeof(float));
+          std::memmove(vb, vb + drop * d, keep * d * sizeof(float));
+        }
       }
       lc.start += drop;
       lc.len = keep;
@@ -511,6 +533,7 @@ void zaya_forward(const ZayaModel& model, ZayaCache& cache, const int32_t* ids, 
 
   embed_rows(x, ids, T, w, H, V);
   if (opt.tap_hidden) std::memcpy(out.hidden.data(), x, T * H * sizeof(float));
+  if (!cache.has_state) cache.set_kv_dtype(rec ? DType::F32 : model.kv_cache);  // a fresh cache: the model's
   cache.reserve(c, S);
 
   if (rec) rec->zero_pads = zero_pads;
@@ -601,6 +624,7 @@ void zaya_forward_seqs(const ZayaModel& model, const std::vector<SeqStep>& seqs,
     std::copy(e.ids, e.ids + e.n, ids + t0);
     for (int64_t s = 0; s < e.n; s++) pos[t0 + s] = cache.seen + s;
     cache.key_valid[0].insert(cache.key_valid[0].end(), e.n, uint8_t(1));
+    if (!cache.has_state) cache.set_kv_dtype(model.kv_cache);  // a fresh cache takes the model's
     cache.reserve(c, e.n);
     BlockSegment& sg = call.segs[i];
     sg.t0 = t0;

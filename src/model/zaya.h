@@ -17,11 +17,15 @@ struct LoadOptions {
   DType compute = DType::F32;             // GEMM dtype: F32 or BF16
   Semantics semantics = Semantics::Auto;  // Auto: the checkpoint's own (legacy layouts: legacy), spec §8.4
   bool in_memory = false;                 // --no-mmap: matrices copied out of the mapping (load_weights)
+  DType kv_cache = DType::F32;  // --kv-cache: how inference caches store keys and values (F32, BF16)
 };
 
 struct ZayaModel {
   ZayaConfig cfg;
   ZayaWeights w;
+  // The key/value dtype a fresh cache takes at its first inference forward (zaya-cache.h); recording
+  // (training) forwards always keep F32.
+  DType kv_cache = DType::F32;
   // Loads config.json + safetensors from an HF checkpoint directory (or one .safetensors file beside a
   // config.json).
   static ZayaModel load(const std::string& dir, const LoadOptions& opt = {});
@@ -123,7 +127,7 @@ struct ForwardScratch {
     std::vector<float> dqk, dmixed, draw, dvals, dqkv;  // [T, C] x3, [T, Kv], [T, C+Kv]
     std::vector<float> frames, dframes;                 // [slots, P+S, C] one per thread slot
     std::vector<float> seq_grads;  // [B, n] each sequence's CCA parameter gradients, summed in order
-    LayerActivations recomputed;  // with ForwardOptions::recompute: one block's, re-run from what was kept
+    LayerActivations recomputed;   // with ForwardOptions::recompute: one block's, re-run from what was kept
   } backward;
   // A training step's recording (ForwardOptions::record), kept here between steps: its vectors keep their
   // capacity, so the next step's ~1 GB (mid.json, 4 x 512) is not page-faulted in and zero-filled again

@@ -50,8 +50,9 @@ bool SeqHandle::wait(std::vector<SeqEvent>& out, int timeout_ms) {
 
 // ---- Engine ----
 
-size_t Engine::bytes_per_token(const ZayaConfig& cfg) {
-  return size_t(cfg.num_hidden_layers) * 2 * cfg.num_key_value_heads * cfg.head_dim * sizeof(float);
+size_t Engine::bytes_per_token(const ZayaConfig& cfg, DType kv) {
+  const size_t elem = kv == DType::BF16 ? sizeof(uint16_t) : sizeof(float);
+  return size_t(cfg.num_hidden_layers) * 2 * cfg.num_key_value_heads * cfg.head_dim * elem;
 }
 
 size_t Engine::fixed_bytes_per_seq(const ZayaConfig& cfg) {

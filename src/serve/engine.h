@@ -123,9 +123,9 @@ class Engine {
   std::shared_ptr<SeqHandle> submit(SeqRequest req);
   EngineStats stats() const;
   const EngineOptions& options() const { return opt_; }
-  // Bytes of CCA state per token of context for this model (K and V of every layer, fp32), and the fixed
-  // bytes per sequence (conv and delayed-value states).
-  static size_t bytes_per_token(const ZayaConfig& cfg);
+  // Bytes of CCA state per token of context for this model (K and V of every layer, in the cache dtype `kv`:
+  // fp32 or bf16), and the fixed bytes per sequence (conv and delayed-value states).
+  static size_t bytes_per_token(const ZayaConfig& cfg, DType kv = DType::F32);
   static size_t fixed_bytes_per_seq(const ZayaConfig& cfg);
 
  private:
