@@ -196,8 +196,8 @@ void attention_rows(float* out, float* lse, const float* q, int64_t q_stride, co
 #pragma omp parallel for schedule(dynamic, 1) if (a.S * a.Hq * n > 2048)
   for (int64_t item = 0; item < pairs * parts; item++) {
     const int64_t t = item / (a.Hk * parts), j = item / parts % a.Hk, h0 = j * G + item % parts * hp;
-    thread_local std::vector<float> grid, p,
-        wide;  // [keys][hp] as dot_f32_grid writes them; [hp][n]; scratch
+    // grid [keys][hp] as dot_f32_grid writes them; p [hp][n]; wide: a bf16 cache's widened block [kb][d].
+    thread_local std::vector<float> grid, p, wide;
     const KV* kh = k + j * a.key_stride;
     const KV* vh = v + j * a.key_stride;
     int64_t first, last;
