@@ -379,19 +379,18 @@ void block_forward(const ZayaModel& model, int64_t li, const BlockCall& call, fl
     lc.len = old_lens[size_t(si)] + sg.n;
     if (!call.training && c.layer_types[li] == LayerType::HybridSliding && lc.len > c.sliding_window - 1) {
       int64_t keep = c.sliding_window - 1, drop = lc.len - keep;
-      for (int64_t bh = 0; bh < sg.cache->B * Hk; bh++) {
-        if (sg.cache->kv_dtype == DType::BF16) {
-          uint16_t* kb = lc.k16.data() + bh * lc.cap * d;
-          uint16_t* vb = lc.v16.data() + bh * lc.cap * d;
-          std::memmove(kb, kb + drop * d, keep * d * sizeof(uint16_t));
-          std::memmove(vb, vb + drop * d, keep * d * sizeof(uint16_t));
-        } else {
-          float* kb = lc.k.data() + bh * lc.cap * d;
-          float* vb = lc.v.data() + bh * lc.cap * d;
-          std::memmove(kb, kb + drop * d, keep * d * sizeof(float));
-          std::memmove(vb, vb + drop * d, keep * d * sizeof(float));
+      auto trim = [&](auto* k, auto* v) {  // fp32 or bf16 storage: [B·Hk][cap][d]
+        for (int64_t bh = 0; bh < sg.cache->B * Hk; bh++) {
+          auto* kb = k + bh * lc.cap * d;
+          auto* vb = v + bh * lc.cap * d;
+          std::memmove(kb, kb + drop * d, keep * d * sizeof(*kb));
+          std::memmove(vb, vb + drop * d, keep * d * sizeof(*vb));
         }
-      }
+      };
+      if (sg.cache->kv_dtype == DType::BF16)
+        trim(lc.k16.data(), lc.v16.data());
+      else
+        trim(lc.k.data(), lc.v.data());
       lc.start += drop;
       lc.len = keep;
     }
