@@ -88,11 +88,13 @@ bool has_decode_pack(const Tensor& W);
 // ZAYA_BF16_PACK=0 / 1 overrides, experts included (benchmarks compare both); read once.
 bool bf16_decode_pack_wanted(bool experts);
 // Whether a loaded model should pack its FP8 matrices, experts included (pack_for_decode; the source pages
-// are released, prefill dequantizes from the pack): as bf16_decode_pack_wanted, for the FP8 packed kernel
-// (on Zen 5: 50.9 / 31.2 / 11.7 GB/s at 1 / 4 / 16 rows against 43.9 / 15.0 / 10.7 for the kernels decode
-// picks without a pack, fp32 streaming at one row, bf16 dot from 4; ZAYA1-8B FP8 experts 1.10 / 1.40 / 1.37x
-// faster at batch 1 / 4 / 16). ZAYA_FP8_PACK=0 /
-// 1 overrides; read once.
+// are released, prefill dequantizes from the pack): in every build with the packed kernels, for the FP8
+// packed kernel. On Zen 5: 50.9 / 31.2 / 11.7 GB/s at 1 / 4 / 16 rows against 43.9 / 15.0 / 10.7 for the
+// kernels decode picks without a pack (fp32 streaming at one row, bf16 dot from 4); ZAYA1-8B FP8 experts
+// 1.10 / 1.40 / 1.37x faster at batch 1 / 4 / 16. On Zen 4, where vdpbf16ps is fast too: 28.4 / 16.6 / 6.6
+// against 22.3 / 14.0 / 7.8, and as a step's expert products meet 1-2 rows at every batch, ZAYA1-8B FP8
+// experts decode ~1.05 / 1.12 / 1.2x faster at batch 1 / 4 / 16 for 7-10% slower prefill (its tiles unpack
+// from the pack; docs/quantization.md). ZAYA_FP8_PACK=0 turns it off; read once.
 bool fp8_decode_pack_wanted();
 
 // Activations as the VNNI kernel uses them: q[M, K] int8, d[M, K / 32] the block scales (a ≈ q · d).
