@@ -154,6 +154,9 @@ BENCHMARK_CAPTURE(BM_Weights, mxfp4_vnni, DType::MXFP4, false, true)
     ->Arg(32)
     ->UseRealTime();
 BENCHMARK_CAPTURE(BM_Weights, fp8, DType::F8_E4M3)->Arg(1)->Arg(4)->Arg(8)->Arg(16)->Arg(32)->UseRealTime();
+// Prefill's path over a pack (Auto above kQuantStreamMaxRows rows: bf16 tiles unpacked from the pack, then
+// the GEMM), beside fp8/32 (the same from the checkpoint's own layout).
+BENCHMARK_CAPTURE(BM_Weights, fp8_packed_tiles, DType::F8_E4M3, false, true)->Arg(32)->UseRealTime();
 // One kernel each for BF16 and FP8 weights: the fp32 streaming kernel and the bf16 dot kernel.
 BENCHMARK_CAPTURE(BM_Weights, bf16_f32stream, DType::BF16, false, false, QuantPath::StreamF32)
     ->Arg(1)

@@ -1160,9 +1160,6 @@ void dequant_packed_rows(float* out32, uint16_t* out16, const DecodePack& p, int
                                       -1.5f, -2.0f, -3.0f, -4.0f, -6.0f);
   const __m512i pair_offsets =
       _mm512_setr_epi32(0, 64, 128, 192, 256, 320, 384, 448, 512, 576, 640, 704, 768, 832, 896, 960);
-  // FP8: element pair i (codes 2i, 2i + 1) of a row sits in vector i / 2, in its first 32 bytes for even i.
-  const __m512i fp8_pair_offsets =
-      _mm512_setr_epi32(0, 32, 64, 96, 128, 160, 192, 224, 256, 288, 320, 352, 384, 416, 448, 480);
   for (int64_t r = 0; r < rows; r++) {
     const int64_t n = n0 + r, lane = n % 16;
     const uint8_t* grp = p.group(e, n / 16);
@@ -1186,14 +1183,12 @@ void dequant_packed_rows(float* out32, uint16_t* out16, const DecodePack& p, int
       __m512 lo, hi;
       float d;
       if constexpr (F == DType::F8_E4M3) {
-        // The row's 32 codes back in order, then exactly dequant_rows' steps (its NaN lanes included). Dword
-        // i of the gather holds codes (2i, 2i + 1) in its low (even lane) or high (odd lane) word: 16 element
-        // pairs in one gather, where 16 two-byte copies and a wide reload of them stalled store forwarding
-        // (prefill of ZAYA1-8B FP8 experts from the pack: see fp8_decode_pack_wanted in quant_gemm.h).
+        // The row's 32 codes back in order, then exactly dequant_rows' steps (its NaN lanes included).
         alignas(32) uint8_t codes[32];
-        const __m512i words = _mm512_srli_epi32(
-            _mm512_i32gather_epi32(fp8_pair_offsets, blk + 4 * (lane / 2), 1), unsigned(16 * (lane % 2)));
-        _mm256_store_si256(reinterpret_cast<__m256i*>(codes), _mm512_cvtepi32_epi16(words));
+        for (int q = 0; q < 8; q++) {
+          std::memcpy(codes + 4 * q, blk + q * 64 + 2 * lane, 2);
+          std::memcpy(codes + 4 * q + 2, blk + q * 64 + 32 + 2 * lane, 2);
+        }
         load_block<F>(codes, 0, &lo, &hi);
         d = 1.0f * p.row_scale[size_t(e * p.N + n)];
       } else if constexpr (F == DType::Q8_0) {

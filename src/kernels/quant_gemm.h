@@ -93,7 +93,7 @@ bool bf16_decode_pack_wanted(bool experts);
 // kernels decode picks without a pack (fp32 streaming at one row, bf16 dot from 4); ZAYA1-8B FP8 experts
 // 1.10 / 1.40 / 1.37x faster at batch 1 / 4 / 16. On Zen 4, where vdpbf16ps is fast too: 28.4 / 16.6 / 6.6
 // against 22.3 / 14.0 / 7.8, and as a step's expert products meet 1-2 rows at every batch, ZAYA1-8B FP8
-// experts decode ~1.05 / 1.12 / 1.2x faster at batch 1 / 4 / 16 for 7-10% slower prefill (its tiles unpack
+// experts decode ~1.05 / 1.12 / 1.2x faster at batch 1 / 4 / 16 for 7-20% slower prefill (its tiles unpack
 // from the pack; docs/quantization.md). ZAYA_FP8_PACK=0 turns it off; read once.
 bool fp8_decode_pack_wanted();
 
