@@ -1940,8 +1940,7 @@ bool bf16_decode_pack_wanted(bool experts) {
     const char* env = std::getenv("ZAYA_BF16_PACK");
     if (env && std::strcmp(env, "0") == 0) return std::array<bool, 2>{false, false};  // "0" / "1" override
     if (env && std::strcmp(env, "1") == 0) return std::array<bool, 2>{true, true};    // other values: default
-    const bool slow_dot = !cpu_fast_bf16_dot();
-    return std::array<bool, 2>{slow_dot || cpu_full_width_avx512(), slow_dot};
+    return std::array<bool, 2>{true, !cpu_fast_bf16_dot()};
 #else
     return std::array<bool, 2>{false, false};
 #endif

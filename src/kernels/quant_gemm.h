@@ -80,11 +80,13 @@ bool has_decode_pack(const Tensor& W);
 // whose sources are then released and whose prefill unpacks bf16 tiles from the pack): a build with the
 // packed kernels, on a CPU where vdpbf16ps is slow (cpu_fast_bf16_dot false: there the fp32 kernels carry
 // bf16 decode, and the packed one ran 16-row products 1.7x faster than the streaming one), experts included;
-// or, dense matrices only, where AVX-512 is full width (Zen 5, cpu_full_width_avx512: the packed kernel beat
-// the bf16 dot kernel at 1 / 4 / 16 rows, 52.8 / 57.2 / 22.8 against 49.4 / 36.0 / 21.5 GB/s from memory,
-// bench/quant_gemm_bench, randomly interleaved repetitions; ZAYA1-8B MXFP4 experts decoded 1.13 / 1.27 /
-// 1.11x faster at batch 1 / 4 / 16; the expert pack there left bf16 decode as it was and cost 16% of its
-// prefill). Zen 4 keeps the dot kernel.
+// or, dense matrices only, where vdpbf16ps is fast: the packed bf16 dot kernel over the pack beat the bf16
+// dot kernel over the source on Zen 5 at 1 / 4 / 16 rows, 52.8 / 57.2 / 22.8 against 49.4 / 36.0 / 21.5 GB/s
+// from memory (bench/quant_gemm_bench, randomly interleaved repetitions; ZAYA1-8B MXFP4 experts decoded 1.13
+// / 1.27 / 1.11x faster at batch 1 / 4 / 16; the expert pack there left bf16 decode as it was and cost 16% of
+// its prefill), and on Zen 4 (which takes it from 4 rows, bf16_dot_min_rows) at 4 / 16 rows, 32.7 / 22.4
+// against 26.0 / 16.0 GB/s (docs/quantization.md, "The table on Zen 4 at 32d76a3"). So every CPU with these
+// kernels packs its dense BF16 matrices; their sources stay for prefill's GEMM (ZAYA1-8B: +1.6 GB).
 // ZAYA_BF16_PACK=0 / 1 overrides, experts included (benchmarks compare both); read once.
 bool bf16_decode_pack_wanted(bool experts);
 // Whether a loaded model should pack its FP8 matrices, experts included (pack_for_decode; the source pages
