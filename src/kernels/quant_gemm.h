@@ -86,7 +86,7 @@ bool has_decode_pack(const Tensor& W);
 // / 1.27 / 1.11x faster at batch 1 / 4 / 16; the expert pack there left bf16 decode as it was and cost 16% of
 // its prefill), and on Zen 4 (which takes it from 4 rows, bf16_dot_min_rows) at 4 / 16 rows, 32.7 / 22.4
 // against 26.0 / 16.0 GB/s (docs/quantization.md, "The table on Zen 4 at 32d76a3"). So every CPU with these
-// kernels packs its dense BF16 matrices; their sources stay for prefill's GEMM (ZAYA1-8B: +1.6 GB).
+// kernels packs its dense BF16 matrices; their sources stay for prefill's GEMM (ZAYA1-8B: +1.5 GB).
 // ZAYA_BF16_PACK=0 / 1 overrides, experts included (benchmarks compare both); read once.
 bool bf16_decode_pack_wanted(bool experts);
 // Whether a loaded model should pack its FP8 matrices, experts included (pack_for_decode; the source pages
@@ -95,7 +95,7 @@ bool bf16_decode_pack_wanted(bool experts);
 // kernels decode picks without a pack (fp32 streaming at one row, bf16 dot from 4); ZAYA1-8B FP8 experts
 // 1.10 / 1.40 / 1.37x faster at batch 1 / 4 / 16. On Zen 4, where vdpbf16ps is fast too: 28.4 / 16.6 / 6.6
 // against 22.3 / 14.0 / 7.8, and as a step's expert products meet 1-2 rows at every batch, ZAYA1-8B FP8
-// experts decode ~1.05 / 1.12 / 1.2x faster at batch 1 / 4 / 16 for 7-20% slower prefill (its tiles unpack
+// experts decode ~1.12 / 1.2x faster at batch 4 / 16 (level at 1) for 7-20% slower prefill (its tiles unpack
 // from the pack; docs/quantization.md). ZAYA_FP8_PACK=0 turns it off; read once.
 bool fp8_decode_pack_wanted();
 
