@@ -138,7 +138,8 @@ namespace {
 // v, kept in a register: GCC otherwise folds a loaded vector that four fmas use into each of them as a memory
 // operand (dot_f32_grid: 20 loads per 16 fmas instead of 8). An L1 that serves ~one 64-byte load a cycle (the
 // Zen 5 VMs measured: 0.93 zmm loads a cycle, against two fmas) then sets the pace: the grid of 4 query heads
-// x 512 keys at d 128, stand-alone on one core with its keys hot, 6.7 -> 2.9 us (0.70 -> 1.62 fmas a cycle).
+// x 512 keys at d 128, stand-alone on one core with its keys hot, 6.7 -> 3.8-4.2 us (0.65-0.70 -> 1.1-1.3
+// fmas a cycle; docs/quantization.md).
 inline __m512 in_register(__m512 v) {
   asm("" : "+v"(v));
   return v;
