@@ -633,8 +633,10 @@ namespace {
 
 // attention_forward for S queries at positions n - S .. n - 1 of n keys (key_pos0 = 0), keys 0, 3, 31 and 50
 // padded, against a double-precision softmax. Out and lse within 1e-5 (fp32 products over <= 128 terms and an
-// fp32 softmax: measured <= 1e-6).
-void check_attention_against_double(int64_t S, int64_t Hq, int64_t Hk, int64_t d, int64_t n, int64_t window) {
+// fp32 softmax: measured <= 1e-6). nan_padded: the padded keys' key and value rows hold NaN, which a path
+// that skips their zero weights never reads into an output (decode's per-row value sum masks its fmas).
+void check_attention_against_double(int64_t S, int64_t Hq, int64_t Hk, int64_t d, int64_t n, int64_t window,
+                                    bool nan_padded = false) {
   const int64_t G = Hq / Hk, p0 = n - S;
   SCOPED_TRACE("S " + std::to_string(S) + " Hq " + std::to_string(Hq) + " Hk " + std::to_string(Hk) + " d " +
                std::to_string(d) + " window " + std::to_string(window));
@@ -644,6 +646,12 @@ void check_attention_against_double(int64_t S, int64_t Hq, int64_t Hk, int64_t d
   std::vector<uint8_t> valid(n, 1);
   for (int64_t i : {0, 3, 31, 50})
     if (i < n) valid[i] = 0;
+  if (nan_padded)
+    for (int64_t j = 0; j < n; j++)
+      if (!valid[j])
+        for (int64_t h = 0; h < Hk; h++)
+          for (int64_t c = 0; c < d; c++)
+            k[(h * n + j) * d + c] = v[(h * n + j) * d + c] = std::numeric_limits<float>::quiet_NaN();
   AttentionArgs a;
   a.S = S, a.Hq = Hq, a.Hk = Hk, a.d = d, a.n_keys = n, a.key_pos0 = 0, a.key_stride = n * d;
   a.window = window;
@@ -695,7 +703,8 @@ TEST(Kernels, AttentionChunkAgainstCacheMatchesDoubleReference) {
 // together and split into parts when there are more threads than (query, KV head) pairs): ZAYA1-8B's head
 // layout (8 query heads on 2 KV heads, d 128) and others, 1 and 8 threads, 70 keys (some dot_f32_grid blocks
 // of 4 x 4, a tail) and 5 (fewer than its 16-key blocks); 300 keys with a window of 100 (the value sum's key
-// blocks, 32 at d 128, starting off a block boundary and carried across several).
+// blocks, 32 at d 128, starting off a block boundary and carried across several). The padded keys hold NaN:
+// their zero weights must leave the value sums as they are (fails with the value sum's fma unmasked).
 TEST(Kernels, AttentionDecodeRowsMatchDoubleReference) {
   const int threads = num_threads();
   for (int th : {1, 8}) {
@@ -703,9 +712,9 @@ TEST(Kernels, AttentionDecodeRowsMatchDoubleReference) {
     for (int64_t S : {1, 3})
       for (auto [n, window] :
            std::vector<std::pair<int64_t, int64_t>>{{70, 0}, {70, 20}, {5, 0}, {5, 20}, {300, 100}}) {
-        check_attention_against_double(S, 8, 2, 128, n, window);
-        check_attention_against_double(S, 4, 1, 16, n, window);
-        check_attention_against_double(S, 3, 3, 8, n, window);
+        check_attention_against_double(S, 8, 2, 128, n, window, /*nan_padded=*/true);
+        check_attention_against_double(S, 4, 1, 16, n, window, /*nan_padded=*/true);
+        check_attention_against_double(S, 3, 3, 8, n, window, /*nan_padded=*/true);
       }
   }
   set_num_threads(threads);

@@ -21,6 +21,7 @@
 #include "core/threads.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_small.h"
+#include "kernels/in_register.h"
 #include "kernels/vec_exp.h"
 #include "kernels/vec_math.h"
 
@@ -104,6 +105,12 @@ inline void weighted_rows_f32(float* o, const float* p, int64_t ldp, int64_t nh,
     auto load = [](const float* x) { return _mm512_loadu_ps(x); };
     auto store = [](float* x, vec a) { _mm512_storeu_ps(x, a); };
     auto fma = [](float s, vec x, vec acc) { return _mm512_fmadd_ps(_mm512_set1_ps(s), x, acc); };
+    // The weight broadcast, and acc + s·x only in the lanes of a nonzero weight (`s != 0`, NaN included, as
+    // the scalar tail's test): a masked fma leaves acc's bits as they were where the weight is 0.
+    using weight_mask = __mmask16;
+    auto broadcast = [](const float* s) { return _mm512_set1_ps(*s); };
+    auto nonzero = [](vec s) { return _mm512_cmp_ps_mask(s, _mm512_setzero_ps(), _CMP_NEQ_UQ); };
+    auto fma_where = [](vec s, vec x, vec acc, weight_mask m) { return _mm512_mask3_fmadd_ps(s, x, acc, m); };
 #elif defined(__AVX2__) && defined(__FMA__)
     constexpr int64_t kW = 8;  // CPUs without AVX-512: the same per-element chains on 8-float vectors,
     constexpr int kU = 2;      // 4 heads x 2 accumulators, within AVX2's 16 registers
@@ -112,33 +119,60 @@ inline void weighted_rows_f32(float* o, const float* p, int64_t ldp, int64_t nh,
     auto load = [](const float* x) { return _mm256_loadu_ps(x); };
     auto store = [](float* x, vec a) { _mm256_storeu_ps(x, a); };
     auto fma = [](float s, vec x, vec acc) { return _mm256_fmadd_ps(_mm256_set1_ps(s), x, acc); };
+    using weight_mask = __m256;
+    auto broadcast = [](const float* s) { return _mm256_broadcast_ss(s); };
+    auto nonzero = [](vec s) { return _mm256_cmp_ps(s, _mm256_setzero_ps(), _CMP_NEQ_UQ); };
+    auto fma_where = [](vec s, vec x, vec acc, weight_mask m) {
+      return _mm256_blendv_ps(acc, _mm256_fmadd_ps(s, x, acc), m);
+    };
 #endif
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
     const int64_t wide = d / (kU * kW) * (kU * kW);  // elements the 4-vector passes cover
     const int64_t jb = std::max<int64_t>(8, kValueBlockBytes / (d * int64_t(sizeof(float))));  // keys a block
     for (int64_t j0 = first; j0 <= last && wide > 0; j0 += jb) {
       const int64_t j1 = std::min(last + 1, j0 + jb);
-      for (i0 = 0; i0 < wide; i0 += kU * kW) {
-        vec acc[4][kU];
-        for (int g = 0; g < 4; g++)
-          for (int u = 0; u < kU; u++)
-            acc[g][u] = (j0 == first && !accumulate) || g >= ng ? zero() : load(og + g * d + i0 + u * kW);
-        for (int64_t j = j0; j < j1; j++) {
-          const float* vv = v + j * d + i0;
-          if (i0 == 0)  // the whole row kValuePrefetchRows on: the later passes read it from L1
-            for (int64_t l = 0; l < d; l += 16)
-              _mm_prefetch(reinterpret_cast<const char*>(v + (j + kValuePrefetchRows) * d + l), _MM_HINT_T0);
-          vec x[kU];
-          for (int u = 0; u < kU; u++) x[u] = load(vv + u * kW);
-          for (int g = 0; g < 4; g++) {
-            if (g >= ng) break;
-            const float pj = pg[g * ldp + j];
-            if (pj == 0.f) continue;
-            for (int u = 0; u < kU; u++) acc[g][u] = fma(pj, x[u], acc[g][u]);
+      // One pass over the block for NG heads: a compile-time count keeps the NG x kU accumulators in
+      // registers (with the run-time count GCC kept them on the stack once the loop had no branches).
+      auto pass = [&](auto heads) {
+        constexpr int NG = decltype(heads)::value;
+        for (i0 = 0; i0 < wide; i0 += kU * kW) {
+          vec acc[NG][kU];
+          for (int g = 0; g < NG; g++)
+            for (int u = 0; u < kU; u++)
+              acc[g][u] = j0 == first && !accumulate ? zero() : load(og + g * d + i0 + u * kW);
+          for (int64_t j = j0; j < j1; j++) {
+            const float* vv = v + j * d + i0;
+            if (i0 == 0)  // the whole row kValuePrefetchRows on: the later passes read it from L1
+              for (int64_t l = 0; l < d; l += 16)
+                _mm_prefetch(reinterpret_cast<const char*>(v + (j + kValuePrefetchRows) * d + l),
+                             _MM_HINT_T0);
+            vec x[kU];  // 4 loads a key, not one per fma (in_register.h)
+            for (int u = 0; u < kU; u++) x[u] = in_register(load(vv + u * kW));
+            // Without a branch: a branch per head and key that skipped a zero weight (taken to out-of-line
+            // fmas and back) had cost ~10% of the hot call.
+            for (int g = 0; g < NG; g++) {
+              const vec pj = broadcast(pg + g * ldp + j);
+              const weight_mask m = nonzero(pj);
+              for (int u = 0; u < kU; u++) acc[g][u] = fma_where(pj, x[u], acc[g][u], m);
+            }
           }
+          for (int g = 0; g < NG; g++)
+            for (int u = 0; u < kU; u++) store(og + g * d + i0 + u * kW, acc[g][u]);
         }
-        for (int g = 0; g < ng; g++)
-          for (int u = 0; u < kU; u++) store(og + g * d + i0 + u * kW, acc[g][u]);
+      };
+      switch (ng) {
+        case 1:
+          pass(std::integral_constant<int, 1>{});
+          break;
+        case 2:
+          pass(std::integral_constant<int, 2>{});
+          break;
+        case 3:
+          pass(std::integral_constant<int, 3>{});
+          break;
+        default:
+          pass(std::integral_constant<int, 4>{});
+          break;
       }
     }
     i0 = wide;

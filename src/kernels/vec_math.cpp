@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "kernels/in_register.h"
 #include "kernels/lane_sum.h"
 #include "kernels/vec_exp.h"
 
@@ -135,16 +136,6 @@ void dot_f32_many(float* out, const float* x, const float* ys, int64_t ldy, int6
 
 #if defined(__AVX512F__)
 namespace {
-// v, kept in a register: GCC otherwise folds a loaded vector that four fmas use into each of them as a memory
-// operand (dot_f32_grid: 20 loads per 16 fmas instead of 8). An L1 that serves ~one 64-byte load a cycle (the
-// Zen 5 VMs measured: 0.93 zmm loads a cycle, against two fmas) then sets the pace: the grid of 4 query heads
-// x 512 keys at d 128, stand-alone on one core with its keys hot, 6.7 -> 3.8-4.2 us (0.65-0.70 -> 1.1-1.3
-// fmas a cycle; docs/quantization.md).
-inline __m512 in_register(__m512 v) {
-  asm("" : "+v"(v));
-  return v;
-}
-
 // The sums of 16 vectors v[k] at once, each with lane_sum's pairings (l + l+8, then l+4, l+2, l+1; IEEE
 // addition commutes, so the same pairs give the same bits): lane 4b + j of the result is the sum of
 // v[4j + b]. Each level adds a vector to a shuffled copy of a neighbour, halving the vector count.
