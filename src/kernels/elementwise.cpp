@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/profile.h"
+#include "core/threads.h"
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -15,14 +16,13 @@ namespace zaya {
 void residual_scale_forward(float* out, const float* o, const float* r, const float* hb, const float* hs,
                             const float* rb, const float* rs, int64_t N, int64_t H) {
   ZAYA_PROFILE_SCOPE("residual_scale");
-#pragma omp parallel for schedule(static) if (N * H > 65536)
-  for (int64_t n = 0; n < N; n++) {
+  parallel_for_static(N, N * H > 65536, [&](int64_t n) {
 #pragma omp simd
     for (int64_t i = 0; i < H; i++) {
       int64_t k = n * H + i;
       out[k] = (o[k] + hb[i]) * hs[i] + (r[k] + rb[i]) * rs[i];
     }
-  }
+  });
 }
 
 // Φ(x) = ½(1 + erf(x/√2)) through glibc's vector erff (libmvec, ≤ 4 ulp, 16 lanes) where the build targets
@@ -36,9 +36,8 @@ void gelu_forward(float* x, int64_t n) {
   ZAYA_PROFILE_SCOPE("gelu");
   const float inv_sqrt2 = 0.70710678118654752440f;
   constexpr int64_t kChunk = 4096;  // values per task: a few µs, so threads pay off from ~2 chunks
-#pragma omp parallel for schedule(static) if (n > 2 * kChunk)
-  for (int64_t c0 = 0; c0 < n; c0 += kChunk) {
-    const int64_t c1 = std::min(n, c0 + kChunk);
+  parallel_for_static((n + kChunk - 1) / kChunk, n > 2 * kChunk, [&](int64_t chunk) {
+    const int64_t c0 = chunk * kChunk, c1 = std::min(n, c0 + kChunk);
     int64_t i = c0;
 #if defined(__AVX512F__)
     const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f), s = _mm512_set1_ps(inv_sqrt2);
@@ -50,7 +49,7 @@ void gelu_forward(float* x, int64_t n) {
     }
 #endif
     for (; i < c1; i++) x[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * inv_sqrt2));
-  }
+  });
 }
 
 void swiglu_forward(float* out, const float* gate_up, int64_t N, int64_t I) {
@@ -59,8 +58,7 @@ void swiglu_forward(float* out, const float* gate_up, int64_t N, int64_t I) {
   // layer on one thread.
   // exp on 16 lanes (libmvec) where the build targets AVX-512: the scalar expf made SwiGLU ~2% of a training
   // step (small.json: 1.4 ms for 2048 x 256).
-#pragma omp parallel for schedule(static) if (N * I > 8192)
-  for (int64_t n = 0; n < N; n++) {
+  parallel_for_static(N, N * I > 8192, [&](int64_t n) {
     const float* a = gate_up + n * 2 * I;
     const float* b = a + I;
     float* y = out + n * I;
@@ -75,7 +73,7 @@ void swiglu_forward(float* out, const float* gate_up, int64_t N, int64_t I) {
     }
 #endif
     for (; i < I; i++) y[i] = a[i] / (1.0f + std::exp(-a[i])) * b[i];
-  }
+  });
 }
 
 void softmax_forward(float* x, int64_t N, int64_t D) {
@@ -174,9 +172,8 @@ void gelu_backward(float* dx, const float* dy, const float* x, int64_t n) {
   ZAYA_PROFILE_SCOPE("gelu_backward");
   const float inv_sqrt2 = 0.70710678118654752440f, inv_sqrt_2pi = 0.39894228040143267794f;
   constexpr int64_t kChunk = 4096;
-#pragma omp parallel for schedule(static) if (n > 2 * kChunk)
-  for (int64_t c0 = 0; c0 < n; c0 += kChunk) {
-    const int64_t c1 = std::min(n, c0 + kChunk);
+  parallel_for_static((n + kChunk - 1) / kChunk, n > 2 * kChunk, [&](int64_t chunk) {
+    const int64_t c0 = chunk * kChunk, c1 = std::min(n, c0 + kChunk);
     int64_t i = c0;
 #if defined(__AVX512F__)
     const __m512 half = _mm512_set1_ps(0.5f), mhalf = _mm512_set1_ps(-0.5f), one = _mm512_set1_ps(1.0f);
@@ -196,7 +193,7 @@ void gelu_backward(float* dx, const float* dy, const float* x, int64_t n) {
       const float pdf = inv_sqrt_2pi * std::exp(-0.5f * v * v);
       dx[i] = dy[i] * (cdf + v * pdf);
     }
-  }
+  });
 }
 
 void swiglu_backward(float* dgate_up, const float* dout, const float* gate_up, int64_t N, int64_t I) {

@@ -54,8 +54,9 @@ void moe_experts_forward(float* out, const float* u, const int32_t* choice, cons
   s.act.resize(std::max<int64_t>(n, 1) * I);
   s.y.resize(std::max<int64_t>(n, 1) * H);
   // Gather the routed tokens in expert order.
-#pragma omp parallel for schedule(static) if (n * H > 65536)
-  for (int64_t r = 0; r < n; r++) std::memcpy(s.x.data() + r * H, u + plan.perm[r] * H, H * sizeof(float));
+  parallel_for_static(n, n * H > 65536, [&](int64_t r) {
+    std::memcpy(s.x.data() + r * H, u + plan.perm[r] * H, H * sizeof(float));
+  });
   {
     ZAYA_PROFILE_SCOPE("moe_gate_up");
     grouped_linear_forward(s.gu.data(), s.x.data(), gate_up, plan.offsets.data(), E, quant_tile);
@@ -66,23 +67,21 @@ void moe_experts_forward(float* out, const float* u, const int32_t* choice, cons
     grouped_linear_forward(s.y.data(), s.act.data(), down, plan.offsets.data(), E, quant_tile);
   }
   // Scatter back with the router weight; skip tokens get zero (or p_E · u for legacy passthrough).
-#pragma omp parallel for schedule(static) if (T * H > 65536)
-  for (int64_t t = 0; t < T; t++) {
+  parallel_for_static(T, T * H > 65536, [&](int64_t t) {
     float* o = out + t * H;
     if (choice[t] == E && skip_passthrough) {
       for (int64_t i = 0; i < H; i++) o[i] = p_skip[t] * u[t * H + i];
     } else {
       std::memset(o, 0, H * sizeof(float));
     }
-  }
-#pragma omp parallel for schedule(static) if (n * H > 65536)
-  for (int64_t r = 0; r < n; r++) {
+  });
+  parallel_for_static(n, n * H > 65536, [&](int64_t r) {
     int64_t t = plan.perm[r];
     float w = weight[t];
     float* o = out + t * H;
     const float* y = s.y.data() + r * H;
     for (int64_t i = 0; i < H; i++) o[i] = w * y[i];
-  }
+  });
 }
 
 void route_top1_backward(float* dlogits, const float* dweight, const float* probs, const int32_t* choice,

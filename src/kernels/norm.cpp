@@ -5,14 +5,14 @@
 #include <vector>
 
 #include "core/profile.h"
+#include "core/threads.h"
 
 namespace zaya {
 
 void rmsnorm_forward(float* out, float* rstd, const float* in, const float* g, int64_t N, int64_t D,
                      float eps) {
   ZAYA_PROFILE_SCOPE("rmsnorm");
-#pragma omp parallel for schedule(static) if (N * D > 16384)
-  for (int64_t n = 0; n < N; n++) {
+  parallel_for_static(N, N * D > 16384, [&](int64_t n) {
     const float* x = in + n * D;
     float* y = out + n * D;
     float ss = 0.f;
@@ -22,7 +22,7 @@ void rmsnorm_forward(float* out, float* rstd, const float* in, const float* g, i
     if (rstd) rstd[n] = r;
 #pragma omp simd
     for (int64_t i = 0; i < D; i++) y[i] = g[i] * (x[i] * r);
-  }
+  });
 }
 
 void rmsnorm_backward(float* din, float* dg, const float* dout, const float* in, const float* g,

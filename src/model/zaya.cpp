@@ -218,13 +218,12 @@ void block_forward(const ZayaModel& model, int64_t li, const BlockCall& call, fl
   if (la) keep(la->h, h, T * H);
   // One GEMM for q | k | v_cur | v_del, then split: raw[T, C] = [Q0 | K0], vc and dv [T, Kv/2].
   linear_strided(qkv, NQ, h, lw.qkv, lw.qkv_bias.f32(), T, model.w.compute, "linear_qkv");
-#pragma omp parallel for schedule(static) if (T * NQ > 65536)
-  for (int64_t t = 0; t < T; t++) {
+  parallel_for_static(T, T * NQ > 65536, [&](int64_t t) {
     const float* row = qkv + t * NQ;
     std::memcpy(raw + t * C, row, C * sizeof(float));
     std::memcpy(vc + t * Kv / 2, row + C, Kv / 2 * sizeof(float));
     std::memcpy(dv + t * Kv / 2, row + C + Kv / 2, Kv / 2 * sizeof(float));
-  }
+  });
   if (la) keep(la->raw, raw, T * C);
 
   // Every row of a cache appends at the same place (see BlockCall): its length before this call.
