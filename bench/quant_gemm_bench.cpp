@@ -309,7 +309,9 @@ Tensor for_decode(Tensor W) {
 // (on huge pages, as `--no-mmap` and the packs place them): the fused q/k/v [1536, 2048] and o [2048, 1024]
 // in bf16, the router's first product [256, 2048] bf16, then one MXFP4 expert's gate_up [4096, 2048] and down
 // [2048, 2048] (VNNI packs). GB/s over the layer's bytes; µs/layer is the time a step spends in them per
-// layer. Small products pay their fork/join and prefetch ramp here, which the one-matrix rows above hide.
+// layer. Small products pay their fork/join and prefetch ramp here, which the one-matrix rows above hide. The
+// rows of one product alone (1-5) cycle 40 copies of one matrix (42-250 MB): on hosts with a large shared cache
+// behind L2 part of them stays there, so those rows can read faster than memory (docs/quantization.md).
 void BM_DecodeLayer(benchmark::State& state) {
   constexpr int kLayers = 40;
   struct Layer {
