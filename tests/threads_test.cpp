@@ -2,6 +2,7 @@
 #include "core/threads.h"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <atomic>
 #include <chrono>
@@ -55,6 +56,43 @@ TEST(Threads, SharesCarryTheFirstExceptionOut) {
                                          }),
                std::runtime_error);
   EXPECT_EQ(ran.load(), 16);
+}
+
+// parallel_for_static runs every index once: on OpenMP's threads when asked (more than one thread seen, where
+// the runtime gives them), on the calling thread alone when not asked or when called inside a region, and
+// without entering a region then (omp_get_level stays where it was).
+TEST(Threads, StaticForRunsEveryIndexOnceAndStaysOutOfARegionWhenSmall) {
+  for (bool parallel : {false, true}) {
+    for (int64_t n : {int64_t(0), int64_t(1), int64_t(2), int64_t(7), int64_t(1000)}) {
+      std::vector<std::atomic<int>> runs(static_cast<size_t>(n));
+      std::atomic<int> levels_above{0}, other_threads{0};
+      const int level = omp_get_level();
+      const std::thread::id caller = std::this_thread::get_id();
+      zaya::parallel_for_static(n, parallel, [&](int64_t i) {
+        runs[size_t(i)].fetch_add(1);
+        if (omp_get_level() > level) levels_above.fetch_add(1);
+        if (std::this_thread::get_id() != caller) other_threads.fetch_add(1);
+      });
+      for (int64_t i = 0; i < n; i++) EXPECT_EQ(runs[size_t(i)].load(), 1) << "index " << i << " of " << n;
+      if (!parallel || n <= 1) {
+        EXPECT_EQ(levels_above.load(), 0) << "n " << n << ": a small loop must not enter an OpenMP region";
+        EXPECT_EQ(other_threads.load(), 0) << "n " << n;
+      } else {
+        EXPECT_EQ(levels_above.load(), n) << "n " << n << ": asked to, it runs in a region";
+      }
+    }
+  }
+  // Inside a threaded region (a kernel called from a work item) the loop stays on its thread.
+  std::atomic<int> nested{0};
+#pragma omp parallel num_threads(2)
+  {
+    const std::thread::id me = std::this_thread::get_id();
+    const int level = omp_get_level();
+    zaya::parallel_for_static(64, true, [&](int64_t) {
+      if (std::this_thread::get_id() != me || omp_get_level() != level) nested.fetch_add(1);
+    });
+  }
+  EXPECT_EQ(nested.load(), 0);
 }
 
 }  // namespace
