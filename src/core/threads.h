@@ -36,7 +36,7 @@ int threads_here();
 // (norms, residual scales, GELU, SwiGLU, the experts' gather and scatter; ~0.7 ms of a ~31 ms step).
 template <typename Fn>
 void parallel_for_static(int64_t n, bool parallel, const Fn& fn) {
-  if (!parallel || n <= 1 || omp_in_parallel()) {
+  if (!parallel || n <= 1 || in_parallel_region()) {
     for (int64_t i = 0; i < n; i++) fn(i);
     return;
   }
