@@ -29,7 +29,7 @@ void set_num_threads(int n) {
 }
 
 bool in_parallel_region() {
-  return omp_in_parallel() != 0;
+  return omp_in_parallel() != 0 || in_leaf_pool_job();
 }
 
 int threads_here() {

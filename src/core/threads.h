@@ -15,6 +15,8 @@
 #include <mutex>
 #include <string>
 
+#include "core/thread_pool.h"
+
 namespace zaya {
 
 // The OpenMP thread count (OMP_NUM_THREADS or set_num_threads), i.e. threads a top-level kernel may use.
@@ -23,7 +25,8 @@ int num_threads();
 // Sets the OpenMP thread count for later parallel regions (n >= 1); OpenBLAS stays single-threaded.
 void set_num_threads(int n);
 
-// True inside an active OpenMP parallel region: a kernel called here must not start more threads.
+// True inside an active OpenMP parallel region or a leaf pool job: a kernel called here must not start more
+// threads.
 bool in_parallel_region();
 
 // Threads a kernel called from here may use: 1 inside a parallel region, num_threads() outside.
@@ -34,10 +37,19 @@ int threads_here();
 // builds and tears down a team of one even for `#pragma omp parallel if (false)`: 1.3 us a region on the Zen
 // 5 VMs against 6 ns for the 256-element loop it ran, and a batch-1 ZAYA1-8B decode step ran ~560 of them
 // (norms, residual scales, GELU, SwiGLU, the experts' gather and scatter; ~0.7 ms of a ~31 ms step).
+// fn must be a leaf (start no threads): the split runs on the leaf pool (core/thread_pool.h) where it is on.
 template <typename Fn>
 void parallel_for_static(int64_t n, bool parallel, const Fn& fn) {
   if (!parallel || n <= 1 || in_parallel_region()) {
     for (int64_t i = 0; i < n; i++) fn(i);
+    return;
+  }
+  if (leaf_pool_enabled()) {
+    const int threads = int(std::min<int64_t>(num_threads(), n));
+    // Thread t's share is [n·t / threads, n·(t + 1) / threads), as OpenMP's static schedule splits it.
+    leaf_pool_run(threads, [&](int t) {
+      for (int64_t i = n * t / threads, end = n * (t + 1) / threads; i < end; i++) fn(i);
+    });
     return;
   }
 #pragma omp parallel for schedule(static)
@@ -76,7 +88,8 @@ void parallel_for_dynamic(size_t n, int threads, const Fn& fn) {
 // large items (2 a thread) left the threads' ends apart by 11-18% of a batch-1 ZAYA1-8B decode step's
 // threaded product time, and many small items interleave the threads' reads,
 // which made every item a fresh stream for the prefetchers. Small threads / n: in order on the caller,
-// slot 0. Exceptions as parallel_for_dynamic.
+// slot 0. Exceptions as parallel_for_dynamic. fn must be a leaf (start no threads): the threads are the leaf
+// pool's (core/thread_pool.h) where it is on.
 template <typename Fn>
 void parallel_for_shares(size_t n, int threads, const Fn& fn) {
   if (threads <= 1 || n <= 1) {
@@ -118,9 +131,7 @@ void parallel_for_shares(size_t n, int threads, const Fn& fn) {
       if (!error) error = std::current_exception();
     }
   };
-#pragma omp parallel num_threads(threads)
-  {
-    const int slot = omp_get_thread_num();
+  auto share_and_steal = [&](int slot) {
     size_t i = 0;
     while (take(shares[size_t(slot)], /*back=*/false, &i)) run(i, slot);
     for (;;) {
@@ -135,6 +146,12 @@ void parallel_for_shares(size_t n, int threads, const Fn& fn) {
       if (victim < 0) break;
       if (take(shares[size_t(victim)], /*back=*/true, &i)) run(i, slot);
     }
+  };
+  if (leaf_pool_enabled()) {
+    leaf_pool_run(threads, share_and_steal);
+  } else {
+#pragma omp parallel num_threads(threads)
+    share_and_steal(omp_get_thread_num());
   }
   if (error) std::rethrow_exception(error);
 }

@@ -226,9 +226,10 @@ void attention_rows(float* out, float* lse, const float* q, int64_t q_stride, co
   while (parts < G && G % (parts * 2) == 0 && pairs * parts < int64_t(threads_here())) parts *= 2;
   const int64_t hp = G / parts;  // query heads per item
   // Threaded from about 2k query-key pairs: a decode token at 512 keys (8 heads) spends ~0.3 ms a layer
-  // alone, far more than waking the pool costs.
-#pragma omp parallel for schedule(dynamic, 1) if (a.S * a.Hq * n > 2048)
-  for (int64_t item = 0; item < pairs * parts; item++) {
+  // alone, far more than waking the pool costs. Items are leaves: they run on the leaf pool.
+  const int threads = a.S * a.Hq * n > 2048 ? threads_here() : 1;
+  parallel_for_shares(size_t(pairs * parts), threads, [&](size_t i, int) {
+    const int64_t item = int64_t(i);
     const int64_t t = item / (a.Hk * parts), j = item / parts % a.Hk, h0 = j * G + item % parts * hp;
     // grid [keys][hp] as dot_f32_grid writes them; p [hp][n]; wide: a bf16 cache's widened block [kb][d].
     thread_local std::vector<float> grid, p, wide;
@@ -270,7 +271,7 @@ void attention_rows(float* out, float* lse, const float* q, int64_t q_stride, co
                           /*accumulate=*/j0 > first);
       }
     }
-  }
+  });
 }
 
 }  // namespace

@@ -173,8 +173,7 @@ void conv_lanes_group(float* out, const float* taps, const W* w, const float* b1
 template <typename W>
 void conv_lanes(float* out, const float* taps, const W* w, const float* b1, int64_t T, const CcaConvPack& p) {
   const int64_t d = p.d, K = p.K;
-#pragma omp parallel for schedule(static) if (T * p.groups * d * K > (int64_t(1) << 17))
-  for (int64_t g = 0; g < p.groups; g++) {
+  parallel_for_static(p.groups, T * p.groups * d * K > (int64_t(1) << 17), [&](int64_t g) {
     const W* wg = w + g * K * d;
     if (d % 128 == 0)
       conv_lanes_group<W, 8>(out, taps, wg, b1, T, g, p);
@@ -184,7 +183,7 @@ void conv_lanes(float* out, const float* taps, const W* w, const float* b1, int6
       conv_lanes_group<W, 2>(out, taps, wg, b1, T, g, p);
     else
       conv_lanes_group<W, 1>(out, taps, wg, b1, T, g, p);
-  }
+  });
 }
 #endif
 
@@ -207,12 +206,11 @@ void cca_grouped_taps_forward(float* out, const float* taps, const float* w1, co
     // Every (output, position) pair as dot_f32 of the output's weight row (d·t1 floats) with the position's
     // taps (dot_f32_grid, the same bits): the weights are read once per call, however many sequences share
     // it.
-#pragma omp parallel for schedule(static) if (T * C * K > (int64_t(1) << 17))
-    for (int64_t g = 0; g < groups; g++) {
+    parallel_for_static(groups, T * C * K > (int64_t(1) << 17), [&](int64_t g) {
       dot_f32_grid(out + g * d, C, w1 + g * d * K, K, d, taps + g * K, groups * K, T, K);
       for (int64_t t = 0; t < T; t++)
         for (int64_t o = g * d; o < (g + 1) * d; o++) out[t * C + o] += b1[o];
-    }
+    });
     return;
   }
 #pragma omp parallel for schedule(dynamic, 1) if (T * C * K > (int64_t(1) << 18))
