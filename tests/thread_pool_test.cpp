@@ -23,6 +23,7 @@ namespace {
 // Every slot runs once per job: slot 0 on the caller, the others each on a thread of its own; inside, the
 // thread counts as in a parallel region (kernels called there stay on it), and after the job it does not.
 TEST(LeafPool, RunsEverySlotOnceOnItsOwnThread) {
+  alarm(120);  // a worker never woken ends the binary here (SIGALRM) instead of at CTest's 600 s
   for (int threads : {1, 2, 3, 4, 2}) {
     std::vector<std::atomic<int>> runs(static_cast<size_t>(threads));
     std::vector<std::thread::id> ids(static_cast<size_t>(threads));
@@ -39,6 +40,7 @@ TEST(LeafPool, RunsEverySlotOnceOnItsOwnThread) {
     EXPECT_EQ(outside.load(), 0) << "a slot must count as inside a parallel region";
     EXPECT_FALSE(zaya::in_leaf_pool_job());
   }
+  alarm(0);
 }
 
 // Many jobs back to back, with gaps from none (the worker still spinning) to 2 ms (asleep under a short spin
@@ -125,6 +127,7 @@ TEST(LeafPool, WorksInAForkedChild) {
   const pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
+    alarm(30);  // a job waiting on the parent's workers, which the child lacks, ends it by SIGALRM
     std::atomic<int> runs{0};
     for (int job = 0; job < 100; job++) zaya::leaf_pool_run(2, [&](int) { runs.fetch_add(1); });
     _exit(runs.load() == 200 ? 0 : 1);
