@@ -21,6 +21,7 @@
 #include "core/mem_bandwidth.h"
 #include "core/quant.h"
 #include "core/tensor.h"
+#include "core/thread_pool.h"
 #include "kernels/gemm.h"
 #include "kernels/quant_gemm.h"
 
@@ -310,8 +311,8 @@ Tensor for_decode(Tensor W) {
 // in bf16, the router's first product [256, 2048] bf16, then one MXFP4 expert's gate_up [4096, 2048] and down
 // [2048, 2048] (VNNI packs). GB/s over the layer's bytes; µs/layer is the time a step spends in them per
 // layer. Small products pay their fork/join and prefetch ramp here, which the one-matrix rows above hide. The
-// rows of one product alone (1-5) cycle 40 copies of one matrix (42-250 MB): on hosts with a large shared cache
-// behind L2 part of them stays there, so those rows can read faster than memory (docs/quantization.md).
+// rows of one product alone (1-5) cycle 40 copies of one matrix (42-250 MB): on hosts with a large shared
+// cache behind L2 part of them stays there, so those rows can read faster than memory (docs/quantization.md).
 void BM_DecodeLayer(benchmark::State& state) {
   constexpr int kLayers = 40;
   struct Layer {
@@ -336,6 +337,7 @@ void BM_DecodeLayer(benchmark::State& state) {
     if (which == 0 || which == i + 1) layer_bytes += weight_bytes(product(layers[0], i));
   Tensor x = activations(1, 4096), y = activations(1, 4096);
   int l = 0;
+  const LeafPoolScope leaf_pool(true);  // threaded as a decode step's forward runs them (model/zaya.cpp)
   for (auto _ : state) {
     const Layer& L = layers[size_t(l++ % kLayers)];
     for (int i = 0; i < 5; i++)

@@ -4,6 +4,7 @@
 #include "core/thread_pool.h"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -136,6 +137,37 @@ TEST(LeafPool, WorksInAForkedChild) {
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   ASSERT_TRUE(WIFEXITED(status)) << "the child hung or crashed";
   EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+// The pool is in use only inside a scope that asks for it (scopes nest), and then parallel_for_dynamic runs
+// on it too; an OpenMP pragma inside a job runs a team of one (no threads beside the pool's).
+TEST(LeafPool, UsedOnlyInsideAScopeAndKeepsOpenMPToOneThread) {
+  EXPECT_FALSE(zaya::leaf_pool_in_use());
+  {
+    const zaya::LeafPoolScope on(true);
+    EXPECT_EQ(zaya::leaf_pool_in_use(), zaya::leaf_pool_enabled());
+    {
+      const zaya::LeafPoolScope off(false);
+      EXPECT_FALSE(zaya::leaf_pool_in_use());
+    }
+    EXPECT_EQ(zaya::leaf_pool_in_use(), zaya::leaf_pool_enabled());
+    std::vector<std::atomic<int>> runs(100);
+    std::atomic<int> omp_teams_above_one{0}, in_omp{0};
+    zaya::parallel_for_dynamic(runs.size(), 2, [&](size_t i, int) {
+      runs[i].fetch_add(1);
+      if (omp_in_parallel()) in_omp.fetch_add(1);
+#pragma omp parallel if (i % 10 == 0)
+      {
+#pragma omp single
+        if (omp_get_num_threads() > 1) omp_teams_above_one.fetch_add(1);
+      }
+    });
+    for (size_t i = 0; i < runs.size(); i++) EXPECT_EQ(runs[i].load(), 1) << i;
+    EXPECT_EQ(omp_teams_above_one.load(), 0) << "a region inside a job must stay on its thread";
+    if (zaya::leaf_pool_enabled()) EXPECT_EQ(in_omp.load(), 0) << "dynamic loops in a scope run on the pool";
+  }
+  EXPECT_FALSE(zaya::leaf_pool_in_use());
+  EXPECT_GT(omp_get_max_threads(), 0);
 }
 
 // The spin counts libgomp would use, read from the same two variables.

@@ -62,27 +62,33 @@ TEST(Threads, SharesCarryTheFirstExceptionOut) {
 // inside a parallel region), on the calling thread alone when not asked or when called inside a region, and
 // without entering a region then (omp_get_level stays where it was, in_parallel_region() false).
 TEST(Threads, StaticForRunsEveryIndexOnceAndStaysOutOfARegionWhenSmall) {
-  for (bool parallel : {false, true}) {
-    for (int64_t n : {int64_t(0), int64_t(1), int64_t(2), int64_t(7), int64_t(1000)}) {
-      std::vector<std::atomic<int>> runs(static_cast<size_t>(n));
-      std::atomic<int> levels_above{0}, other_threads{0}, inside{0};
-      const int level = omp_get_level();
-      const std::thread::id caller = std::this_thread::get_id();
-      zaya::parallel_for_static(n, parallel, [&](int64_t i) {
-        runs[size_t(i)].fetch_add(1);
-        if (omp_get_level() > level) levels_above.fetch_add(1);
-        if (std::this_thread::get_id() != caller) other_threads.fetch_add(1);
-        if (zaya::in_parallel_region()) inside.fetch_add(1);
-      });
-      for (int64_t i = 0; i < n; i++) EXPECT_EQ(runs[size_t(i)].load(), 1) << "index " << i << " of " << n;
-      if (!parallel || n <= 1) {
-        EXPECT_EQ(levels_above.load(), 0) << "n " << n << ": a small loop must not enter an OpenMP region";
-        EXPECT_EQ(other_threads.load(), 0) << "n " << n;
-        EXPECT_EQ(inside.load(), 0) << "n " << n;
-      } else {
-        EXPECT_EQ(inside.load(), n) << "n " << n << ": asked to, it runs in a region";
-        if (!zaya::leaf_pool_enabled()) EXPECT_EQ(levels_above.load(), n) << "n " << n << ": an OpenMP one";
-        if (zaya::num_threads() > 1) EXPECT_GT(other_threads.load(), 0) << "n " << n << ": on more threads";
+  for (bool pool : {false, true}) {
+    const zaya::LeafPoolScope scope(pool);
+    for (bool parallel : {false, true}) {
+      for (int64_t n : {int64_t(0), int64_t(1), int64_t(2), int64_t(7), int64_t(1000)}) {
+        std::vector<std::atomic<int>> runs(static_cast<size_t>(n));
+        std::atomic<int> levels_above{0}, other_threads{0}, inside{0};
+        const int level = omp_get_level();
+        const std::thread::id caller = std::this_thread::get_id();
+        zaya::parallel_for_static(n, parallel, [&](int64_t i) {
+          runs[size_t(i)].fetch_add(1);
+          if (omp_get_level() > level) levels_above.fetch_add(1);
+          if (std::this_thread::get_id() != caller) other_threads.fetch_add(1);
+          if (zaya::in_parallel_region()) inside.fetch_add(1);
+        });
+        for (int64_t i = 0; i < n; i++) EXPECT_EQ(runs[size_t(i)].load(), 1) << "index " << i << " of " << n;
+        if (!parallel || n <= 1) {
+          EXPECT_EQ(levels_above.load(), 0) << "n " << n << ": a small loop must not enter an OpenMP region";
+          EXPECT_EQ(other_threads.load(), 0) << "n " << n;
+          EXPECT_EQ(inside.load(), 0) << "n " << n;
+        } else {
+          EXPECT_EQ(inside.load(), n) << "n " << n << ": asked to, it runs in a region";
+          if (zaya::leaf_pool_in_use())
+            EXPECT_EQ(levels_above.load(), 0) << "n " << n << ": the leaf pool's, not OpenMP's";
+          else
+            EXPECT_EQ(levels_above.load(), n) << "n " << n << ": an OpenMP one";
+          if (zaya::num_threads() > 1) EXPECT_GT(other_threads.load(), 0) << "n " << n << ": on more threads";
+        }
       }
     }
   }

@@ -2,6 +2,7 @@
 
 #include <immintrin.h>
 #include <linux/futex.h>
+#include <omp.h>
 #include <pthread.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -97,14 +98,19 @@ class LeafPool {
     std::thread([this, slot, me, seen] { work(slot, me, seen); }).detach();
   }
 
+  // An OpenMP region a slot's body enters anyway runs a team of one: outside a region OpenMP's nesting rule
+  // would not stop it, and it would start its threads beside ours.
   void run_slot(int slot) {
     t_in_job = true;  // reset below: the slot's exceptions are caught
+    const int omp_threads = omp_get_max_threads();
+    if (omp_threads != 1) omp_set_num_threads(1);
     try {
       call_(ctx_, slot);
     } catch (...) {
       std::lock_guard<std::mutex> lock(error_mu_);
       if (!error_) error_ = std::current_exception();
     }
+    if (omp_threads != 1) omp_set_num_threads(omp_threads);
     t_in_job = false;
   }
 
@@ -194,6 +200,22 @@ bool leaf_pool_enabled() {
   return enabled;
 }
 
+namespace {
+thread_local bool t_scope_uses_pool = false;
+}  // namespace
+
+bool leaf_pool_in_use() {
+  return t_scope_uses_pool && leaf_pool_enabled();
+}
+
+LeafPoolScope::LeafPoolScope(bool use) : saved_(t_scope_uses_pool) {
+  t_scope_uses_pool = use;
+}
+
+LeafPoolScope::~LeafPoolScope() {
+  t_scope_uses_pool = saved_;
+}
+
 bool in_leaf_pool_job() {
   return LeafPool::t_in_job;
 }
@@ -205,11 +227,17 @@ void leaf_pool_run(int threads, void (*call)(void*, int), void* ctx) {
     // One thread, or a job started from inside a job (its caller would wait on the pool it occupies): every
     // slot in order on this thread.
     const bool outer = LeafPool::t_in_job;
+    const int omp_threads = omp_get_max_threads();
     LeafPool::t_in_job = true;
+    if (omp_threads != 1) omp_set_num_threads(1);  // as LeafPool::run_slot
     struct Restore {
       bool was;
-      ~Restore() { LeafPool::t_in_job = was; }
-    } restore{outer};
+      int omp_threads;
+      ~Restore() {
+        LeafPool::t_in_job = was;
+        if (omp_threads != 1) omp_set_num_threads(omp_threads);
+      }
+    } restore{outer, omp_threads};
     for (int slot = 0; slot < threads; slot++) call(ctx, slot);
     return;
   }

@@ -8,6 +8,11 @@
 // spinning starts with one cache-line transfer and no system call; a worker that has gone to sleep is woken
 // with a futex. docs/quantization.md, "A leaf pool".
 //
+// Only where a LeafPoolScope asks for it: forward calls of a few tokens (decode steps), whose regions are
+// small and many. Longer work (prefill, training) stays on OpenMP, whose threads its GEMMs (oneDNN) use: a
+// pool worker spinning after its job beside an OpenMP thread spinning after its region would share a core
+// (training the small model alternating the two ran 4-5% slower).
+//
 // Only leaves: a body that starts an OpenMP region or calls oneDNN from a pool worker would build a second
 // OpenMP team beside the first (the worker is not inside an OpenMP region, so OpenMP's nesting rule does not
 // stop it). in_parallel_region() is true inside a job, so kernels that ask it stay on their thread.
@@ -27,6 +32,23 @@ bool leaf_pool_enabled();
 // suffixes), else 0 under OMP_WAIT_POLICY=PASSIVE and libgomp's 300000 (~3 ms) when neither is set. -1: no
 // end (ACTIVE, GOMP_SPINCOUNT=infinite, or 3e10 and more).
 long leaf_pool_spin_count(const char* gomp_spincount, const char* omp_wait_policy);
+
+// Whether the schedulers of core/threads.h send their loops from this thread to the pool: enabled, and
+// inside a LeafPoolScope(true).
+bool leaf_pool_in_use();
+
+// Marks this thread's work until the end of the scope as running on the pool (use = true) or on OpenMP
+// (false); scopes nest, the inner one deciding.
+class LeafPoolScope {
+ public:
+  explicit LeafPoolScope(bool use);
+  ~LeafPoolScope();
+  LeafPoolScope(const LeafPoolScope&) = delete;
+  LeafPoolScope& operator=(const LeafPoolScope&) = delete;
+
+ private:
+  bool saved_;
+};
 
 // True on a thread that is running a pool job (a worker, or the caller during its own share).
 bool in_leaf_pool_job();

@@ -37,14 +37,15 @@ int threads_here();
 // builds and tears down a team of one even for `#pragma omp parallel if (false)`: 1.3 us a region on the Zen
 // 5 VMs against 6 ns for the 256-element loop it ran, and a batch-1 ZAYA1-8B decode step ran ~560 of them
 // (norms, residual scales, GELU, SwiGLU, the experts' gather and scatter; ~0.7 ms of a ~31 ms step).
-// fn must be a leaf (start no threads): the split runs on the leaf pool (core/thread_pool.h) where it is on.
+// fn must be a leaf (start no threads): the split runs on the leaf pool (core/thread_pool.h) where it is in
+// use.
 template <typename Fn>
 void parallel_for_static(int64_t n, bool parallel, const Fn& fn) {
   if (!parallel || n <= 1 || in_parallel_region()) {
     for (int64_t i = 0; i < n; i++) fn(i);
     return;
   }
-  if (leaf_pool_enabled()) {
+  if (leaf_pool_in_use()) {
     const int threads = int(std::min<int64_t>(num_threads(), n));
     // Thread t's share is [n·t / threads, n·(t + 1) / threads), as OpenMP's static schedule splits it.
     leaf_pool_run(threads, [&](int t) {
@@ -58,16 +59,33 @@ void parallel_for_static(int64_t n, bool parallel, const Fn& fn) {
 
 // fn(i, slot) for every i in [0, n): spread over `threads` OpenMP threads, one index at a time (dynamic),
 // slot being the thread's number in the region, in [0, threads); or in order on the caller with slot 0 when
-// threads <= 1 or n <= 1. An exception must not leave an OpenMP region (that terminates): the first one fn
-// throws is rethrown here after the region. Kernels fn calls run on their thread (threads_here() is 1).
+// threads <= 1, n <= 1 or already in a parallel region. An exception must not leave an OpenMP region (that
+// terminates): the first one fn throws is rethrown here after the region. Kernels fn calls run on their
+// thread (threads_here() is 1). Where the leaf pool is in use (core/thread_pool.h), the threads are its own:
+// a kernel fn calls stays on its thread there too, and gemm() hands oneDNN one thread.
 template <typename Fn>
 void parallel_for_dynamic(size_t n, int threads, const Fn& fn) {
-  if (threads <= 1 || n <= 1) {
+  if (threads <= 1 || n <= 1 || in_parallel_region()) {
     for (size_t i = 0; i < n; i++) fn(i, 0);
     return;
   }
   std::exception_ptr error;
   std::mutex error_mu;
+  if (leaf_pool_in_use()) {
+    std::atomic<size_t> next{0};
+    leaf_pool_run(threads, [&](int slot) {
+      for (size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < n;) {
+        try {
+          fn(i, slot);
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(error_mu);
+          if (!error) error = std::current_exception();
+        }
+      }
+    });
+    if (error) std::rethrow_exception(error);
+    return;
+  }
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
   for (size_t i = 0; i < n; i++) {
     try {
@@ -87,12 +105,12 @@ void parallel_for_dynamic(size_t n, int threads, const Fn& fn) {
 // static shares, and the threads end together, as with dynamic scheduling. Dynamic scheduling of a few
 // large items (2 a thread) left the threads' ends apart by 11-18% of a batch-1 ZAYA1-8B decode step's
 // threaded product time, and many small items interleave the threads' reads,
-// which made every item a fresh stream for the prefetchers. Small threads / n: in order on the caller,
-// slot 0. Exceptions as parallel_for_dynamic. fn must be a leaf (start no threads): the threads are the leaf
-// pool's (core/thread_pool.h) where it is on.
+// which made every item a fresh stream for the prefetchers. Small threads / n, or in a parallel region:
+// in order on the caller, slot 0. Exceptions as parallel_for_dynamic. fn must be a leaf (start no threads):
+// the threads are the leaf pool's (core/thread_pool.h) where it is in use.
 template <typename Fn>
 void parallel_for_shares(size_t n, int threads, const Fn& fn) {
-  if (threads <= 1 || n <= 1) {
+  if (threads <= 1 || n <= 1 || in_parallel_region()) {
     for (size_t i = 0; i < n; i++) fn(i, 0);
     return;
   }
@@ -147,7 +165,7 @@ void parallel_for_shares(size_t n, int threads, const Fn& fn) {
       if (take(shares[size_t(victim)], /*back=*/true, &i)) run(i, slot);
     }
   };
-  if (leaf_pool_enabled()) {
+  if (leaf_pool_in_use()) {
     leaf_pool_run(threads, share_and_steal);
   } else {
 #pragma omp parallel num_threads(threads)
