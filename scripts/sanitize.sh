@@ -41,11 +41,12 @@ declare -A TESTS=(
   [eval_tasks_test]='*'
   [eval_run_test]='EvalScore.*:EvalCloze.ItemsFollowTheText'
   [quant_checkpoint_test]='QuantCheckpoint.LoadsReferenceFilesBitExact:QuantCheckpoint.ForwardEqualsDequantizedModel:QuantCheckpoint.MalformedFilesAreClearErrors'
+  [thread_pool_test]='*'
   [server_test]='Server.MalformedRequests:Server.RoutesAndErrors:Server.ApiKeyAndBodyLimit:Server.DisconnectFreesSlot:Server.ChatStreamsAndReusesState:Server.FullQueueAnswers503'
 )
 TEST_BINARIES=(safetensors_test tokenizer_test config_test data_test checkpoint_test train_test optim_test
   bad_steps_test jinja_test openai_request_test chat_output_test quant_test quant_checkpoint_test eval_test
-  eval_tasks_test eval_run_test server_test)
+  eval_tasks_test eval_run_test server_test thread_pool_test)
 
 # -Og -g1: line numbers in reports; -Og instead of ASan's usual -O1 because the build is most of this script's
 # time and -Og compiles in ~60% of -O1's time (measured on src/ckpt/checkpoint.cpp: 12.9 vs 20.8 s).
