@@ -6,7 +6,7 @@
 // (~9 us a product of ~150 between the fork, the join and the call). Here a waiting worker spins on one word
 // for as long as libgomp's threads would (the same OMP_WAIT_POLICY / GOMP_SPINCOUNT), so a job that finds it
 // spinning starts with one cache-line transfer and no system call; a worker that has gone to sleep is woken
-// with a futex. docs/quantization.md, "A leaf pool".
+// with a futex. docs/quantization.md, "OpenMP waits" (the leaf pool).
 //
 // Only where a LeafPoolScope asks for it: forward calls of a few tokens (decode steps), whose regions are
 // small and many. Longer work (prefill, training) stays on OpenMP, whose threads its GEMMs (oneDNN) use: a
