@@ -1,7 +1,8 @@
-// Thread-count helpers. zaya.cpp has one pool of compute threads: OpenMP's. oneDNN (Debian build) runs on
-// the same GNU OpenMP runtime, so its kernels share our pool; OpenBLAS (the pthread build) has its own
-// pool, which we keep at one thread and parallelise around with OpenMP ourselves, so that the two pools
-// never spin against each other on a small machine.
+// Thread-count helpers and the schedulers kernels run their loops on. zaya.cpp's compute threads are
+// OpenMP's, and in decode-sized forward calls the leaf pool's (core/thread_pool.h: the same count, a cheaper
+// handoff; the two never run at once). oneDNN (Debian build) runs on the same GNU OpenMP runtime, so its
+// kernels share OpenMP's threads; OpenBLAS (the pthread build) has its own pool, which we keep at one thread
+// and parallelise around ourselves, so that the pools never spin against each other on a small machine.
 #pragma once
 
 #include <omp.h>
