@@ -164,7 +164,9 @@ TEST(LeafPool, UsedOnlyInsideAScopeAndKeepsOpenMPToOneThread) {
     });
     for (size_t i = 0; i < runs.size(); i++) EXPECT_EQ(runs[i].load(), 1) << i;
     EXPECT_EQ(omp_teams_above_one.load(), 0) << "a region inside a job must stay on its thread";
-    if (zaya::leaf_pool_enabled()) EXPECT_EQ(in_omp.load(), 0) << "dynamic loops in a scope run on the pool";
+    if (zaya::leaf_pool_enabled()) {
+      EXPECT_EQ(in_omp.load(), 0) << "dynamic loops in a scope run on the pool";
+    }
   }
   EXPECT_FALSE(zaya::leaf_pool_in_use());
   EXPECT_GT(omp_get_max_threads(), 0);
