@@ -236,8 +236,9 @@ TEST(Gemm, Bf16WidensByShapeWhereBf16MatmulIsSlow) {
   set_gemm_onednn_bf16(false);
   gemm(M, N, K, 1.0f, A, B, 0.0f, c_widened.data(), N);
   set_gemm_onednn_bf16(true);
-  if (by_shape)
+  if (by_shape) {
     EXPECT_EQ(std::memcmp(c_default.data(), c_widened.data(), c_default.size() * sizeof(float)), 0);
+  }
   const test::Diff d = test::diff(c_default.data(), c_widened.data(), c_default.size());
   EXPECT_TRUE(d.within(0, 1e-5)) << d.str();  // either way the same bf16 product, fp32 sums
 }

@@ -539,7 +539,9 @@ TEST(Grad, ShortSequenceBatchEqualsEachRowAloneOnAnyThreadCount) {
       set_num_threads(1);
       const double loss_one = run(ids.data(), targets.data(), B, one_thread);
       set_num_threads(saved);
-      if (dt == DType::F32) EXPECT_LE(test::abs_diff(loss_rows, loss), 1e-6);
+      if (dt == DType::F32) {
+        EXPECT_LE(test::abs_diff(loss_rows, loss), 1e-6);
+      }
       EXPECT_NEAR(loss_one, loss, 1e-12 * loss);  // its fp64 sum's order follows the threads
       auto want = rows.named(model.cfg), got = batch.named(model.cfg), one = one_thread.named(model.cfg);
       double worst = 0;
@@ -547,7 +549,9 @@ TEST(Grad, ShortSequenceBatchEqualsEachRowAloneOnAnyThreadCount) {
       for (size_t p = 0; p < want.size(); p++) {
         const size_t n = size_t(want[p].slot->numel());
         const test::Diff d = test::diff(got[p].slot->f32(), want[p].slot->f32(), n);
-        if (dt == DType::F32) EXPECT_TRUE(d.within(5e-6)) << want[p].name << ": " << d.str();
+        if (dt == DType::F32) {
+          EXPECT_TRUE(d.within(5e-6)) << want[p].name << ": " << d.str();
+        }
         worst = std::max(worst, d.max_abs);
         if (dt == DType::F32 && want[p].name.find(".mlp.experts.") != std::string::npos) continue;
         const bool differs = std::memcmp(got[p].slot->f32(), one[p].slot->f32(), n * sizeof(float)) != 0;
